@@ -1,5 +1,12 @@
 """textrain: a TensorFlow 2 training framework with pluggable data problems."""
+import os
+
 from setuptools import setup
+
+# The CPU build by default (CI, laptops). GPU users install with
+#   TEXTRAIN_TF="tensorflow[and-cuda]" pip install .
+# so that only one TensorFlow distribution lands in the environment.
+_TF = os.environ.get("TEXTRAIN_TF", "tensorflow-cpu")
 
 setup(
     name="textrain",
@@ -9,8 +16,7 @@ setup(
     packages=["framework", "problems", "models", "models.layers", "trainers"],
     package_data={"": ["*.gin"]},
     install_requires=[
-        # TF 2.21 exactly: the CPU build is what CI and laptops use; GPU users add the [gpu] extra.
-        "tensorflow-cpu==2.21.*; extra != 'gpu'",
+                f"{_TF}==2.21.*",
         "sentencepiece>=0.2",
         "numpy>=1.26",
         "absl-py>=2.1",
@@ -22,7 +28,6 @@ setup(
         "tokenizers>=0.15",
     ],
     extras_require={
-        "gpu": ["tensorflow[and-cuda]==2.21.*"],
         "test": ["pytest>=7"],
         "beam": ["apache-beam"],
     },

@@ -1,0 +1,42 @@
+"""The contract between a model and the one training loop (trainers/core.py).
+
+A pretraining (or fine-tuning) model is a Keras model that also says how to turn a batch of
+features into losses and metrics. It returns *sums and counts*, not means: the loop all-reduces the
+counts across replicas, so the loss on N replicas equals the loss on one replica with the same
+global batch even when replicas hold different numbers of masked tokens. It may carry per-replica
+state across steps (XLNet memories); models without state use an empty dict.
+"""
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import tensorflow as tf
+
+
+class Term(NamedTuple):
+    """A quantity averaged over the global batch: `weight * sum(total) / sum(count)`."""
+
+    total: tf.Tensor  # scalar, sum over this replica's examples/tokens
+    count: tf.Tensor  # scalar, how many examples/tokens `total` sums over
+    weight: float = 1.0  # coefficient of this term in the training loss (ignored for metrics)
+
+
+class StepOutput(NamedTuple):
+    losses: dict[str, Term]  # training loss = sum of weight * global mean of each term
+    metrics: dict[str, Term]  # reported as global means (accuracies, sub-losses)
+    state: Any  # nested structure of tensors, fed back to this replica's next step
+
+
+class TrainableModel(tf.keras.Model):
+    """Base class of every model the trainers drive by name (see framework.registry.models)."""
+
+    def initial_state(self, batch_size: int) -> Any:
+        """Per-replica state before the first step; `batch_size` is the per-replica batch."""
+        return {}
+
+    def step_output(self, features: dict[str, tf.Tensor], state: Any, training: bool) -> StepOutput:
+        raise NotImplementedError
+
+    def tf1_variable_map(self) -> dict[str, tf.Variable]:
+        """Original checkpoint variable name -> this model's variable (models/checkpoints.py)."""
+        raise NotImplementedError(f"{type(self).__name__} has no mapping to an original checkpoint")

@@ -1,0 +1,68 @@
+"""Import of the originals' released TF1 checkpoints by variable name.
+
+Each model lists `original name -> its variable` (`TrainableModel.tf1_variable_map`); this module
+reads the checkpoint, checks that every name is present with the right shape and that the checkpoint
+has nothing unaccounted for, and only then assigns. A mismatch raises one error listing every
+missing, unexpected and mis-shaped name, so a wrong vocab or config is caught before any weight moves.
+"""
+from __future__ import annotations
+
+import re
+from typing import Iterable
+
+import numpy as np
+import tensorflow as tf
+
+# Optimizer slots and bookkeeping that released checkpoints carry but a model never owns.
+DEFAULT_IGNORE = (r"global_step$", r"/adam_[mv]$", r"/Adam(_1)?$", r"_power$", r"^good_steps$",
+                  r"^loss_scale", r"/ExponentialMovingAverage$")
+
+
+class CheckpointMismatchError(ValueError):
+    pass
+
+
+def checkpoint_variables(path: str) -> dict[str, tuple[int, ...]]:
+    """Name -> shape of every variable in a TF1 (or TF2 name-based) checkpoint at `path`."""
+    return {name: tuple(shape) for name, shape in tf.train.list_variables(path)}
+
+
+def load_tf1_checkpoint(path: str, variable_map: dict[str, tf.Variable],
+                        ignore: Iterable[str] = DEFAULT_IGNORE,
+                        allow_unexpected: Iterable[str] = ()) -> list[str]:
+    """Assign `variable_map`'s variables from the checkpoint at `path`; returns the names loaded.
+
+    `allow_unexpected`: regexes of checkpoint names that may stay unused (e.g. a pretraining head
+    when fine-tuning). Everything else must match exactly, or nothing is assigned.
+    """
+    reader = tf.train.load_checkpoint(path)
+    shapes = reader.get_variable_to_shape_map()
+    skip = [re.compile(p) for p in list(ignore) + list(allow_unexpected)]
+    missing = sorted(n for n in variable_map if n not in shapes)
+    unexpected = sorted(n for n in shapes if n not in variable_map and not any(p.search(n) for p in skip))
+    mis_shaped = sorted(
+        f"{n}: checkpoint {tuple(shapes[n])} vs model {tuple(v.shape)}"
+        for n, v in variable_map.items() if n in shapes and tuple(shapes[n]) != tuple(v.shape))
+    if missing or unexpected or mis_shaped:
+        parts = [f"checkpoint {path} does not match the model:"]
+        for title, names in (("missing from checkpoint", missing), ("not used by the model", unexpected),
+                             ("shape mismatch", mis_shaped)):
+            if names:
+                parts.append(f"  {title} ({len(names)}): " + ", ".join(names))
+        raise CheckpointMismatchError("\n".join(parts))
+    for name, var in variable_map.items():
+        var.assign(np.asarray(reader.get_tensor(name)).astype(var.dtype.as_numpy_dtype))
+    return sorted(variable_map)
+
+
+def write_tf1_checkpoint(path: str, values: dict[str, np.ndarray]) -> str:
+    """Write `values` as a checkpoint in the TF1 layout (plain names, as the originals' Saver does).
+
+    Used by tests and by conversion tools; the result reads back with `tf.train.load_checkpoint`.
+    """
+    with tf.Graph().as_default():
+        variables = [tf.compat.v1.Variable(v, name=n) for n, v in values.items()]
+        saver = tf.compat.v1.train.Saver(variables)
+        with tf.compat.v1.Session() as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            return saver.save(sess, path, write_meta_graph=False)
