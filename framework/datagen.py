@@ -1,0 +1,96 @@
+"""textrain-datagen: raw text -> sharded TFRecords + manifest for a registered problem.
+
+    textrain-datagen --problem=bert_pretrain --input_file=corpus.txt --data_dir=data --num_workers=2
+
+Runs the problem's vocabulary step first (`prepare`, reused when it exists), then every split's shards
+in `--num_workers` processes; with `--num_tasks`/`--task_id` several machines split the shards between
+them (run `--vocab_only` once first so they share one vocabulary). Problem settings are flags named
+after the problem's HParams fields (framework/flags.py).
+"""
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+import time
+
+from absl import app, flags, logging
+
+from framework import flags as problem_flags
+from framework import records, registry
+
+FLAGS = flags.FLAGS
+
+flags.DEFINE_string("problem", None, "Registered problem name.")
+flags.DEFINE_string("data_dir", None, "Output directory (a folder per problem is made in it).")
+flags.DEFINE_string("tmp_dir", "", "Raw input directory (problems that read fixed file names).")
+flags.DEFINE_integer("num_workers", 1, "Local worker processes (one output shard is the unit of work).")
+flags.DEFINE_integer("task_id", None, "This machine's index when --num_tasks machines share the work.")
+flags.DEFINE_integer("num_tasks", 1, "Machines sharing the shards (shard i goes to task i % num_tasks).")
+flags.DEFINE_integer("seed", 0, "Decides every random choice; same seed + input = identical shards.")
+flags.DEFINE_integer("num_shards", None, "Train shards (default: the problem's choice).")
+flags.DEFINE_bool("overwrite", False, "Regenerate even complete splits.")
+flags.DEFINE_bool("vocab_only", False, "Only build the vocabulary (run once before multi-task datagen).")
+flags.DEFINE_string("usr_dir", None, "Directory (Python package) of your own problems to import.")
+
+
+def _preload_usr_dir(argv: list[str]) -> None:
+    """Import --usr_dir before flags are parsed, so its problems' settings become flags too."""
+    for i, arg in enumerate(argv):
+        if arg.startswith("--usr_dir="):
+            registry.import_usr_dir(arg.split("=", 1)[1])
+        elif arg == "--usr_dir" and i + 1 < len(argv):
+            registry.import_usr_dir(argv[i + 1])
+
+
+def _summary(problem, data_dir: str, manifests: dict, seconds: float) -> str:
+    lines = [f"{problem.name}: wrote to {problem.problem_dir(data_dir)} in {seconds:.1f}s"]
+    for split, m in manifests.items():
+        size = sum(int(os_stat(os.path.join(problem.problem_dir(data_dir), s["file"]))) for s in m["shards"])
+        lines.append(f"  {split}: {m['num_examples']} examples in {len(m['shards'])} shards, "
+                     f"{size / 2**20:.1f} MiB")
+    return "\n".join(lines)
+
+
+def os_stat(path: str) -> int:
+    import tensorflow as tf
+
+    return tf.io.gfile.stat(path).length
+
+
+def main(argv: list[str]) -> None:
+    del argv
+    if not FLAGS.problem or not FLAGS.data_dir:
+        raise app.UsageError("--problem and --data_dir are required")
+    if FLAGS.num_workers < 1:
+        raise app.UsageError(f"--num_workers must be >= 1, got {FLAGS.num_workers}")
+    try:
+        cls = registry.problems.get(FLAGS.problem)
+    except KeyError as e:
+        raise app.UsageError(str(e.args[0])) from None
+    problem = cls(problem_flags.problem_hparams_from_flags(cls))
+    start = time.time()
+    if FLAGS.vocab_only:
+        problem.prepare(FLAGS.data_dir, FLAGS.tmp_dir)
+        print(f"{problem.name}: vocabulary ready in {problem.problem_dir(FLAGS.data_dir)}")
+        return
+    num_shards = {"train": FLAGS.num_shards} if FLAGS.num_shards else None
+    try:
+        manifests = problem.generate_data(FLAGS.data_dir, FLAGS.tmp_dir, num_workers=FLAGS.num_workers,
+                                          task_id=FLAGS.task_id, num_tasks=FLAGS.num_tasks,
+                                          seed=FLAGS.seed, overwrite=FLAGS.overwrite, num_shards=num_shards)
+    except (ValueError, FileNotFoundError) as e:  # bad input: a clear message, no traceback
+        sys.exit(f"textrain-datagen: error: {e}")
+    print(_summary(problem, FLAGS.data_dir, manifests, time.time() - start))
+
+
+def run() -> None:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    importlib.import_module("problems")  # registers the built-in problems
+    _preload_usr_dir(sys.argv)
+    problem_flags.define_problem_flags()
+    app.run(main)
+
+
+if __name__ == "__main__":
+    run()
