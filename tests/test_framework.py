@@ -106,6 +106,35 @@ def test_to_example_types_and_empty_feature():
         records.to_example({"targets": []})
 
 
+def test_fast_serialization_equals_protobuf():
+    """serialize_samples writes the tf.train.Example wire format exactly."""
+    rng = np.random.default_rng(0)
+    samples = []
+    for i in range(50):
+        n = int(rng.integers(1, 40))
+        samples.append({
+            "ids": rng.integers(-2**40, 2**62, n),  # negatives: 10-byte varints; large values
+            "small": rng.integers(0, 300, n).tolist(),
+            "scalar": int(rng.integers(0, 2)),
+            "flag": bool(i % 2),
+            "w": rng.normal(size=3).astype(np.float32),
+            "f": float(rng.normal()),
+            "text": "héllo wörld" * (i % 3 + 1),
+            "raw": [b"\x00\xff", b"abc"],
+        })
+    serialized, feature_max = records.serialize_samples(samples)
+    for s, got in zip(samples, serialized):
+        # The same message; the map's order is ours (sorted names), independent of protobuf's version.
+        assert tf.train.Example.FromString(got) == records.to_example(s)
+        tf.io.parse_single_example(got, {"ids": tf.io.VarLenFeature(tf.int64)})
+        for name in s:  # one feature: no order to differ, so the bytes are identical
+            one = records.serialize_samples([{name: s[name]}])[0][0]
+            assert one == records.to_example({name: s[name]}).SerializeToString(deterministic=True)
+    assert feature_max["small"] == max(max(s["small"]) for s in samples)
+    with pytest.raises(records.RecordError, match="'small' is empty"):
+        records.serialize_samples([dict(samples[0], small=[])])
+
+
 def test_bounded_shuffle_is_a_permutation(tmp_path):
     samples = [{"x": [i]} for i in range(500)]
     # A memory bound of ~1 KB forces spilling to bucket files.
