@@ -34,6 +34,7 @@ setup(
     entry_points={
         "console_scripts": [
             "textrain-datagen=framework.datagen:run",
+            "textrain-train-gpu=trainers.train_gpu:run",
         ],
     },
 )

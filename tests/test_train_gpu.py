@@ -1,0 +1,214 @@
+"""trainers/train_gpu.py: the CLI as a real subprocess, on datagen-made records; multi-worker training with
+two real worker processes on 127.0.0.1; BERT end to end (slow)."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+
+# A user directory (--usr_dir) with a tiny problem and a tiny model, as a user would write them. The model
+# dumps its final weights when TOY_DUMP_DIR is set, so the test can compare what each worker holds.
+USR_INIT = '''
+import atexit, dataclasses, json, os
+import numpy as np
+import tensorflow as tf
+from framework.problem import Problem
+from framework.registry import register_model, register_problem
+from models.base import StepOutput, Term, TrainableModel
+
+
+@dataclasses.dataclass
+class TrainerToyProblemHParams:
+    toy_width: int = 4
+
+
+@register_problem
+class TrainerToyProblem(Problem):
+    HParams = TrainerToyProblemHParams
+
+    def dataset_splits(self):
+        return [("train", 2), ("dev", 1)]
+
+    def generate_samples(self, data_dir, tmp_dir, split):
+        rng = np.random.default_rng(0 if split == "train" else 1)
+        for _ in range(256):
+            x = rng.normal(size=self.hparams.toy_width)
+            yield {"x": [float(v) for v in x], "y": int(x[0] > 0), "w": float(rng.random() > 0.3)}
+
+    def example_reading_spec(self):
+        w = self.hparams.toy_width
+        return {"x": tf.io.FixedLenFeature([w], tf.float32), "y": tf.io.FixedLenFeature([], tf.int64),
+                "w": tf.io.FixedLenFeature([], tf.float32)}
+
+
+@register_model
+class TrainerToyModel(TrainableModel):
+    def __init__(self):
+        super().__init__()
+        self.dense = tf.keras.layers.Dense(2, kernel_initializer="zeros")
+
+    def step_output(self, f, state, training):
+        ce = tf.nn.sparse_softmax_cross_entropy_with_logits(f["y"], self.dense(f["x"]))
+        return StepOutput({"ce": Term(tf.reduce_sum(ce * f["w"]), tf.reduce_sum(f["w"]))}, {}, state)
+
+
+def build_from_flags(flags, manifest):
+    model = TrainerToyModel()
+    dump = os.environ.get("TOY_DUMP_DIR")
+    if dump:
+        task = json.loads(os.environ.get("TF_CONFIG", "{}")).get("task", {}).get("index", 0)
+        atexit.register(lambda: np.save(os.path.join(dump, f"worker_{task}.npy"),
+                                        np.concatenate([v.numpy().ravel() for v in model.trainable_variables])))
+    return model
+'''
+
+
+@pytest.fixture(scope="module")
+def toy_data(tmp_path_factory):
+    """Records of the usr_dir problem, made by the datagen CLI."""
+    root = tmp_path_factory.mktemp("toy")
+    usr = root / "trainer_toy_usr"
+    usr.mkdir()
+    (usr / "__init__.py").write_text(USR_INIT)
+    data = root / "data"
+    proc = subprocess.run([sys.executable, "-m", "framework.datagen", f"--usr_dir={usr}",
+                           "--problem=trainer_toy_problem", f"--data_dir={data}", f"--tmp_dir={root}"],
+                          cwd=REPO, env=_env(), capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return str(usr), str(data)
+
+
+def _env(**extra) -> dict:
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=REPO)
+    env.pop("TF_CONFIG", None)
+    env.update(extra)
+    return env
+
+
+def _train_cmd(usr: str, data: str, model_dir: str, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "trainers.train_gpu", f"--usr_dir={usr}", "--problem=trainer_toy_problem",
+            f"--data_dir={data}", "--model=trainer_toy_model", f"--model_dir={model_dir}",
+            "--train_batch_size=16", "--num_train_steps=6", "--num_warmup_steps=1", "--learning_rate=0.1",
+            "--iterations_per_loop=3", "--save_checkpoints_steps=3", "--seed=1", *extra]
+
+
+def _final(stdout: str) -> dict:
+    lines = [line for line in stdout.splitlines() if line.startswith("final ")]
+    assert lines, stdout[-2000:]
+    return json.loads(lines[-1][len("final "):])
+
+
+@pytest.mark.slow
+def test_cli_trains_on_two_logical_cpus_and_resumes(toy_data, tmp_path):
+    usr, data = toy_data
+    run = str(tmp_path / "run")
+    proc = subprocess.run(_train_cmd(usr, data, run, "--num_gpus=2"), cwd=REPO, env=_env(),
+                          capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = _final(proc.stdout)
+    assert out["step"] == 6 and np.isfinite(out["loss"]) and out["examples_per_sec"] > 0
+    assert tf.train.latest_checkpoint(run).endswith("ckpt-6")
+    assert "MirroredStrategy" in proc.stderr and "step 6/6" in proc.stderr
+    # Same command, more steps: restarts from ckpt-6.
+    again = subprocess.run(_train_cmd(usr, data, run, "--num_gpus=2", "--num_train_steps=9"), cwd=REPO,
+                           env=_env(), capture_output=True, text=True, timeout=240)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert _final(again.stdout)["step"] == 9 and "restored" in again.stderr
+
+
+def test_cli_refuses_settings_that_disagree_with_the_manifest(toy_data, tmp_path):
+    usr, data = toy_data
+    proc = subprocess.run(_train_cmd(usr, data, str(tmp_path / "run"), "--toy_width=5"), cwd=REPO, env=_env(),
+                          capture_output=True, text=True, timeout=240)
+    assert proc.returncode != 0
+    assert "toy_width" in proc.stderr and "5" in proc.stderr and "4" in proc.stderr
+
+
+def test_cli_requires_its_flags():
+    proc = subprocess.run([sys.executable, "-m", "trainers.train_gpu", "--problem=x"], cwd=REPO, env=_env(),
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0 and "--data_dir" in proc.stderr and "--model_dir" in proc.stderr
+
+
+def _free_ports(n: int) -> list[int]:
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+@pytest.mark.slow
+def test_multi_worker_two_processes_agree_on_the_weights(toy_data, tmp_path):
+    usr, data = toy_data
+    cluster = {"worker": [f"127.0.0.1:{p}" for p in _free_ports(2)]}
+    run, dump = str(tmp_path / "run"), str(tmp_path / "dump")
+    os.makedirs(dump)
+    procs = []
+    for index in range(2):
+        tf_config = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})
+        procs.append(subprocess.Popen(_train_cmd(usr, data, run, "--strategy=multi_worker"), cwd=REPO,
+                                      env=_env(TF_CONFIG=tf_config, TOY_DUMP_DIR=dump),
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    outputs = [p.communicate(timeout=300) for p in procs]
+    for p, (stdout, stderr) in zip(procs, outputs):
+        assert p.returncode == 0, stderr[-3000:]
+        assert _final(stdout)["step"] == 6
+    w0, w1 = (np.load(os.path.join(dump, f"worker_{i}.npy")) for i in range(2))
+    np.testing.assert_array_equal(w0, w1)
+    assert np.abs(w0).max() > 0  # they trained
+    assert tf.train.latest_checkpoint(run).endswith("ckpt-6")
+    assert not tf.io.gfile.exists(os.path.join(run, ".worker_tmp", "pipeline_1"))
+    assert tf.io.gfile.exists(os.path.join(run, "input_pipeline_1", "ckpt-6.index"))
+
+
+@pytest.mark.slow
+def test_bert_end_to_end_datagen_then_cli(tmp_path):
+    corpus = tmp_path / "corpus.txt"
+    with open(os.path.join(HERE, "data", "austen_emma.txt"), encoding="utf-8") as f:
+        corpus.write_text("".join(f.readlines()[:600]))
+    data = tmp_path / "data"
+    gen = subprocess.run([sys.executable, "-m", "framework.datagen", "--problem=bert_pretrain",
+                          f"--data_dir={data}", f"--tmp_dir={tmp_path}", f"--input_file={corpus}",
+                          "--vocab_size=300", "--max_seq_length=32", "--max_predictions_per_seq=5",
+                          "--dupe_factor=1"], cwd=REPO, env=_env(), capture_output=True, text=True, timeout=300)
+    assert gen.returncode == 0, gen.stderr[-3000:]
+    manifest = json.loads(next((data / "bert_pretrain").glob("bert_pretrain-train.manifest.json")).read_text())
+    vocab = int(manifest["settings"]["vocab_size"])
+    config = tmp_path / "bert_config.json"
+    config.write_text(json.dumps({"vocab_size": vocab, "hidden_size": 16, "num_hidden_layers": 1,
+                                  "num_attention_heads": 2, "intermediate_size": 32,
+                                  "max_position_embeddings": 64, "type_vocab_size": 2}))
+    run = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-m", "trainers.train_gpu", "--problem=bert_pretrain",
+                           f"--data_dir={data}", "--model=bert", f"--model_dir={run}",
+                           f"--bert_config_file={config}", "--train_batch_size=8", "--num_train_steps=4",
+                           "--num_warmup_steps=1", "--learning_rate=1e-3", "--iterations_per_loop=2",
+                           "--save_checkpoints_steps=2", "--max_seq_length=32"],
+                          cwd=REPO, env=_env(), capture_output=True, text=True, timeout=400)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = _final(proc.stdout)
+    assert out["step"] == 4 and np.isfinite(out["loss"])
+    assert tf.train.latest_checkpoint(str(run)).endswith("ckpt-4")
+    # A setting that disagrees with the data is refused, naming both values.
+    bad = subprocess.run([sys.executable, "-m", "trainers.train_gpu", "--problem=bert_pretrain",
+                          f"--data_dir={data}", "--model=bert", f"--model_dir={tmp_path / 'bad'}",
+                          f"--bert_config_file={config}", "--max_seq_length=64"],
+                         cwd=REPO, env=_env(), capture_output=True, text=True, timeout=300)
+    assert bad.returncode != 0 and "max_seq_length" in bad.stderr and "64" in bad.stderr
+
+
+if __name__ == "__main__":
+    print(textwrap.dedent(__doc__))

@@ -1,0 +1,363 @@
+"""trainers/core.py: the one training loop, on real TFRecords, real checkpoints and real processes.
+
+The toy model is a linear classifier whose loss is a masked sum (weights `w` differ per example, so
+replicas hold different counts) and whose per-replica state sums the ids of the rows it saw. This file
+is also a script (`python tests/test_trainer_core.py run ...`) so that killed/SIGTERMed runs are real
+subprocesses.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+N_EXAMPLES, DIM, CLASSES = 512, 4, 3
+
+if __name__ == "__main__":  # script mode: quiet TF before importing it
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    sys.path.insert(0, REPO)
+
+import tensorflow as tf  # noqa: E402
+
+from models.base import StepOutput, Term, TrainableModel  # noqa: E402
+from trainers import core, optimization  # noqa: E402
+
+
+# ------------------------------------------------------------------------------------ toy pieces
+class Toy(TrainableModel):
+    """Linear classifier, deterministic initial weights; state = running sum of row ids per row."""
+
+    def __init__(self):
+        super().__init__(name="toy")
+        init = np.linspace(-0.5, 0.5, DIM * CLASSES, dtype=np.float32).reshape(DIM, CLASSES)
+        self.dense = tf.keras.layers.Dense(CLASSES, name="dense",
+                                           kernel_initializer=tf.keras.initializers.Constant(init))
+
+    def initial_state(self, batch_size):
+        return {"seen": tf.zeros([batch_size])}
+
+    def step_output(self, features, state, training):
+        logits = tf.cast(self.dense(features["x"]), tf.float32)
+        ce = tf.nn.sparse_softmax_cross_entropy_with_logits(features["y"], logits)
+        w = features["w"]
+        correct = tf.cast(tf.equal(tf.argmax(logits, -1, output_type=tf.int32), features["y"]), tf.float32)
+        return StepOutput(losses={"ce": Term(tf.reduce_sum(ce * w), tf.reduce_sum(w))},
+                          metrics={"accuracy": Term(tf.reduce_sum(correct * w), tf.reduce_sum(w))},
+                          state={"seen": state["seen"] + features["id"]})
+
+    def tf1_variable_map(self):
+        # models/checkpoints.py assigns tf.Variables: unwrap the Keras 3 variables.
+        return {"toy/dense/kernel": self.dense.kernel.value, "toy/dense/bias": self.dense.bias.value}
+
+
+def write_records(directory: str, nan_ids: tuple[int, ...] = (), num_shards: int = 2) -> list[str]:
+    """Real TFRecord shards: x ~ N(0,1), y from x, w in {0,1} with ~30 % zeros, id = row index."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(N_EXAMPLES, DIM)).astype(np.float32)
+    y = (x[:, 0] > 0).astype(np.int64) + (x[:, 1] > 0.5).astype(np.int64)
+    w = (rng.random(N_EXAMPLES) > 0.3).astype(np.float32)
+    x[list(nan_ids)] = np.nan
+    os.makedirs(directory, exist_ok=True)
+    paths = [os.path.join(directory, f"toy-{i:05d}.tfrecord") for i in range(num_shards)]
+    writers = [tf.io.TFRecordWriter(p) for p in paths]
+    for i in range(N_EXAMPLES):
+        ex = tf.train.Example(features=tf.train.Features(feature={
+            "x": tf.train.Feature(float_list=tf.train.FloatList(value=x[i])),
+            "y": tf.train.Feature(int64_list=tf.train.Int64List(value=[y[i]])),
+            "w": tf.train.Feature(float_list=tf.train.FloatList(value=[w[i]])),
+            "id": tf.train.Feature(float_list=tf.train.FloatList(value=[float(i)])),
+        }))
+        writers[(i // 64) % num_shards].write(ex.SerializeToString())  # contiguous blocks per shard
+    for wr in writers:
+        wr.close()
+    return paths
+
+
+SPEC = {"x": tf.io.FixedLenFeature([DIM], tf.float32), "y": tf.io.FixedLenFeature([], tf.int64),
+        "w": tf.io.FixedLenFeature([], tf.float32), "id": tf.io.FixedLenFeature([], tf.float32)}
+
+
+def make_dataset_fn(paths, global_batch: int, shuffle: bool = False):
+    def parse(record):
+        ex = tf.io.parse_single_example(record, SPEC)
+        ex["y"] = tf.cast(ex["y"], tf.int32)
+        return ex
+
+    def dataset_fn(ctx: tf.distribute.InputContext) -> tf.data.Dataset:
+        files = paths[ctx.input_pipeline_id::ctx.num_input_pipelines]
+        ds = tf.data.TFRecordDataset(files).map(parse).repeat()
+        if shuffle:
+            ds = ds.shuffle(64, seed=7)
+        return ds.batch(ctx.get_per_replica_batch_size(global_batch), drop_remainder=True)
+
+    return dataset_fn
+
+
+def make_trainer(strategy, model_dir, paths, steps, global_batch=16, lr=0.1, shuffle=False, **config):
+    config.setdefault("iterations_per_loop", 5)
+    config.setdefault("save_checkpoints_steps", 1000)
+    return core.Trainer(
+        strategy, Toy, lambda: optimization.create_optimizer(lr, 100, 2, weight_decay=0.01),  # same schedule for every run length
+        make_dataset_fn(paths, global_batch, shuffle),
+        core.TrainConfig(model_dir=str(model_dir), num_train_steps=steps, global_batch_size=global_batch,
+                         **config))
+
+
+def weights(trainer) -> list[np.ndarray]:
+    return [v.numpy() for v in trainer.model.trainable_variables]
+
+
+@functools.lru_cache(maxsize=None)
+def two_replicas():
+    # ONE MirroredStrategy per process: a second instance restarts the collective instance keys, and TF's
+    # collective executor remembers the shapes of the first one's instances (mismatch errors).
+    return core.make_strategy("mirrored", 2)
+
+
+@functools.lru_cache(maxsize=None)
+def one_device():
+    return core.make_strategy("one_device", 0)
+
+
+# ------------------------------------------------------------------------------------------ tests
+def test_loss_decreases_and_summaries_written(tmp_path):
+    paths = write_records(str(tmp_path / "data"))
+    losses = []
+    t = make_trainer(one_device(), tmp_path / "run", paths, 60, lr=0.2, iterations_per_loop=10, log_steps=10)
+    result = t.train(callbacks=[lambda fig: losses.append(fig["loss"])])
+    assert result.step == 60 and len(losses) == 6
+    assert losses[-1] < 0.8 * losses[0], losses
+    assert 0.0 <= result.metrics["accuracy"] <= 1.0 and result.examples_per_sec > 0
+    assert tf.io.gfile.glob(str(tmp_path / "run" / "train" / "events.out.tfevents.*"))
+    assert tf.train.latest_checkpoint(str(tmp_path / "run")).endswith("ckpt-60")
+
+
+def test_two_replicas_equal_one_replica_with_same_global_batch(tmp_path):
+    """Same global batch of 16: replica 0 gets rows 0-7, replica 1 rows 8-15, with different numbers of
+    non-zero weights; 3 steps of AdamW must give the same weights (tolerance 1e-6 absolute)."""
+    paths = write_records(str(tmp_path / "data"))
+    one = make_trainer(one_device(), tmp_path / "one", paths, 3, iterations_per_loop=3)
+    r1 = one.train()
+    two = make_trainer(two_replicas(), tmp_path / "two", paths, 3, iterations_per_loop=3)
+    r2 = two.train()
+    counts = [sum(1 for i in range(8 * r, 8 * r + 8) if _w()[i] > 0) for r in (0, 1)]
+    assert counts[0] != counts[1], "the test needs replicas with different counts"
+    for a, b in zip(weights(one), weights(two)):
+        np.testing.assert_allclose(a, b, atol=1e-6)
+    assert abs(r1.loss - r2.loss) < 1e-6 and abs(r1.terms["ce"] - r2.terms["ce"]) < 1e-6
+    assert r1.metrics["accuracy"] == r2.metrics["accuracy"]
+
+
+def _w():
+    rng = np.random.default_rng(0)
+    rng.normal(size=(N_EXAMPLES, DIM))
+    return (rng.random(N_EXAMPLES) > 0.3).astype(np.float32)
+
+
+def test_per_replica_state_stays_with_its_replica(tmp_path):
+    paths = write_records(str(tmp_path / "data"))
+    t = make_trainer(two_replicas(), tmp_path / "run", paths, 2, iterations_per_loop=2)
+    t.train()
+    seen = [v.numpy() for v in t.strategy.experimental_local_results(t._state_vars["seen"])]
+    # Step 1: global rows 0-15 (replica 0: 0-7, replica 1: 8-15); step 2: rows 16-31.
+    np.testing.assert_array_equal(seen[0], np.arange(0, 8) + np.arange(16, 24))
+    np.testing.assert_array_equal(seen[1], np.arange(8, 16) + np.arange(24, 32))
+
+
+def test_mem_reset_every_loop(tmp_path):
+    paths = write_records(str(tmp_path / "data"))
+    t = make_trainer(one_device(), tmp_path / "run", paths, 4, iterations_per_loop=2, mem_reset="every_loop")
+    t.train()
+    seen = t.strategy.experimental_local_results(t._state_vars["seen"])[0].numpy()
+    np.testing.assert_array_equal(seen, np.arange(32, 48) + np.arange(48, 64))  # only the last loop's 2 steps
+
+
+def test_resume_continues_with_the_same_data_order(tmp_path):
+    paths = write_records(str(tmp_path / "data"))
+    straight = make_trainer(one_device(), tmp_path / "a", paths, 8, shuffle=True, iterations_per_loop=4)
+    straight.train()
+    first = make_trainer(one_device(), tmp_path / "b", paths, 4, shuffle=True, iterations_per_loop=4)
+    first.train()
+    resumed = make_trainer(one_device(), tmp_path / "b", paths, 8, shuffle=True, iterations_per_loop=4)
+    assert int(resumed.step.numpy()) == 4 and resumed.restored_from.endswith("ckpt-4")
+    resumed.train()
+    for a, b in zip(weights(straight), weights(resumed)):
+        np.testing.assert_allclose(a, b, atol=1e-7)
+
+
+def test_gradient_accumulation_exact_with_equal_counts(tmp_path):
+    paths = write_records(str(tmp_path / "data"))
+
+    class AllCount(Toy):
+        def step_output(self, features, state, training):
+            features = dict(features, w=tf.ones_like(features["w"]))
+            return super().step_output(features, state, training)
+
+    def trainer(model_dir, batch, k):
+        return core.Trainer(two_replicas(), AllCount, lambda: optimization.create_optimizer(0.1, 3, 0),
+                            make_dataset_fn(paths, batch),
+                            core.TrainConfig(model_dir=str(model_dir), num_train_steps=3, iterations_per_loop=3,
+                                             grad_accum_steps=k))
+
+    big, acc = trainer(tmp_path / "big", 16, 1), trainer(tmp_path / "acc", 8, 2)
+    big.train()
+    acc.train()
+    for a, b in zip(weights(big), weights(acc)):
+        np.testing.assert_allclose(a, b, atol=1e-6)
+
+
+def test_jit_compile_gives_the_same_step(tmp_path):
+    paths = write_records(str(tmp_path / "data"))
+    plain = make_trainer(two_replicas(), tmp_path / "plain", paths, 3, iterations_per_loop=3)
+    plain.train()
+    jit = make_trainer(two_replicas(), tmp_path / "jit", paths, 3, iterations_per_loop=3, jit_compile=True)
+    jit.train()
+    for a, b in zip(weights(plain), weights(jit)):
+        np.testing.assert_allclose(a, b, atol=1e-5)
+
+
+def test_bf16_trains(tmp_path):
+    paths = write_records(str(tmp_path / "data"))
+    try:
+        t = make_trainer(one_device(), tmp_path / "run", paths, 10, precision="bf16", iterations_per_loop=10)
+        assert t.model.dense.compute_dtype == "bfloat16" and t.model.dense.kernel.dtype == "float32"
+        result = t.train()
+        assert np.isfinite(result.loss)
+    finally:
+        core.set_precision_policy("fp32")
+
+
+def test_fp16_with_loss_scaling_trains(tmp_path):
+    paths = write_records(str(tmp_path / "data"))
+    try:
+        t = make_trainer(one_device(), tmp_path / "run", paths, 6, precision="fp16", iterations_per_loop=6)
+        result = t.train()
+        assert np.isfinite(result.loss) and float(t._loss_scale.scale.numpy()) == 2.0 ** 15
+        assert int(t.optimizer.iterations.numpy()) == 6
+    finally:
+        core.set_precision_policy("fp32")
+
+
+def test_nan_loss_raises_naming_the_step(tmp_path):
+    # Rows 48..63 form the 4th batch of 16 (no shuffling): step 4 has a NaN loss.
+    paths = write_records(str(tmp_path / "data"), nan_ids=(50,), num_shards=1)
+    t = make_trainer(one_device(), tmp_path / "run", paths, 10, iterations_per_loop=10)
+    try:
+        t.train()
+    except FloatingPointError as e:
+        assert "at step 4" in str(e)
+    else:
+        raise AssertionError("no FloatingPointError")
+    assert all(np.isfinite(w).all() for w in weights(t)), "the NaN step's update must not be applied"
+
+
+def test_nan_loss_skipped_by_option(tmp_path):
+    paths = write_records(str(tmp_path / "data"), nan_ids=(50,), num_shards=1)
+    t = make_trainer(one_device(), tmp_path / "run", paths, 10, iterations_per_loop=10, nan_policy="skip")
+    result = t.train()
+    assert result.step == 10 and result.skipped_steps == 1 and np.isfinite(result.loss)
+    assert int(t.optimizer.iterations.numpy()) == 9
+    assert all(np.isfinite(w).all() for w in weights(t))
+
+
+def test_init_checkpoint_from_tf1_release_and_from_ours(tmp_path):
+    from models.checkpoints import write_tf1_checkpoint
+
+    paths = write_records(str(tmp_path / "data"))
+    kernel = np.full((DIM, CLASSES), 0.25, np.float32)
+    tf1 = write_tf1_checkpoint(str(tmp_path / "orig" / "model.ckpt"), {
+        "toy/dense/kernel": kernel, "toy/dense/bias": np.ones(CLASSES, np.float32),
+        "cls/predictions/output_bias": np.zeros(7, np.float32), "global_step": np.int64(1000)})
+    t = make_trainer(one_device(), tmp_path / "run", paths, 2, init_checkpoint=tf1)
+    np.testing.assert_array_equal(t.model.dense.kernel.numpy(), kernel)
+    assert t.restored_from == tf1
+    t.train()
+    ours = make_trainer(one_device(), tmp_path / "run2", paths, 2, init_checkpoint=str(tmp_path / "run"))
+    np.testing.assert_array_equal(ours.model.dense.kernel.numpy(), t.model.dense.kernel.numpy())
+    assert int(ours.step.numpy()) == 0  # only the weights: a fresh run
+
+
+# --------------------------------------------------------------------------- real processes
+def _script(*args: str) -> list[str]:
+    return [sys.executable, os.path.abspath(__file__), *args]
+
+
+def _env() -> dict:
+    return dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=REPO)
+
+
+def _wait_for(path_glob: str, proc: subprocess.Popen, timeout: float = 60.0) -> None:
+    start = time.time()
+    while not tf.io.gfile.glob(path_glob):
+        if proc.poll() is not None:
+            raise AssertionError(f"process ended early: {proc.communicate()}")
+        if time.time() - start > timeout:
+            proc.kill()
+            raise AssertionError(f"timed out waiting for {path_glob}")
+        time.sleep(0.1)
+
+
+@pytest.mark.slow
+def test_kill_minus_9_then_restart_continues_from_the_last_checkpoint(tmp_path):
+    paths = write_records(str(tmp_path / "data"))
+    run = str(tmp_path / "run")
+    args = ("run", run, ",".join(paths), "12", "0.2")
+    proc = subprocess.Popen(_script(*args), env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    _wait_for(os.path.join(run, "ckpt-4.index"), proc)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    last = tf.train.latest_checkpoint(run)
+    assert last and int(last.rsplit("-", 1)[1]) < 12
+    done = subprocess.run(_script(*args), env=_env(), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["restored_from"] == last and out["step"] == 12
+    reference = make_trainer(one_device(), tmp_path / "ref", paths, 12, shuffle=True, iterations_per_loop=1,
+                             save_checkpoints_steps=2)
+    reference.train()
+    for a, b in zip(weights(reference), out["weights"]):
+        np.testing.assert_allclose(a, np.array(b, np.float32), atol=1e-6)
+
+
+@pytest.mark.slow
+def test_sigterm_saves_then_exits(tmp_path):
+    paths = write_records(str(tmp_path / "data"))
+    run = str(tmp_path / "run")
+    proc = subprocess.Popen(_script("run", run, ",".join(paths), "100000", "0.2"), env=_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _wait_for(os.path.join(run, "ckpt-2.index"), proc)
+    proc.send_signal(signal.SIGTERM)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 143, stderr[-2000:]
+    out = json.loads(stdout.strip().splitlines()[-1])
+    assert out["preempted"] and tf.train.latest_checkpoint(run).endswith(f"ckpt-{out['step']}")
+    assert "SIGTERM" in stderr
+
+
+def _script_main(argv: list[str]) -> None:
+    """`run MODEL_DIR PATHS STEPS SLEEP`: one-device training, a checkpoint every 2 steps, one step per loop
+    followed by SLEEP seconds (so a test can kill it mid-run); prints a JSON line at the end."""
+    import logging
+
+    logging.basicConfig(level=logging.INFO)
+    _, model_dir, paths, steps, pause = argv
+    t = make_trainer(one_device(), model_dir, paths.split(","), int(steps), shuffle=True, iterations_per_loop=1,
+                     save_checkpoints_steps=2)
+    result = t.train(callbacks=[lambda fig: time.sleep(float(pause))])
+    print(json.dumps({"step": result.step, "restored_from": t.restored_from, "preempted": result.preempted,
+                      "weights": [w.tolist() for w in weights(t)]}), flush=True)
+    sys.exit(143 if result.preempted else 0)
+
+
+if __name__ == "__main__":
+    _script_main(sys.argv[1:])

@@ -1,0 +1,639 @@
+"""The ONE training loop: every model and every tf.distribute strategy goes through `Trainer`.
+
+What a step is. Each replica runs `model.step_output(features, state, training=True)`, which returns
+sums and counts (`models.base.Term`). The counts are all-reduced (SUM) across replicas *inside the
+gradient tape* (as constants), each replica's loss is `sum_k weight_k * total_k / global_count_k`, and
+the per-replica gradients are all-reduced with SUM. The result is exactly the gradient of the global
+mean, so N replicas give the same step as one replica with the same global batch even when replicas
+hold different numbers of masked tokens. Metrics are reported as global means sum(total)/sum(count).
+
+Decisions (and why):
+- Input. Default `input_mode="host"`: each process (worker) builds ONE dataset through
+  `dataset_fn(tf.distribute.InputContext)` — the same contract as `distribute_datasets_from_function`:
+  batched per replica, element i of the worker's stream goes to local replica i % n_local — and
+  iterates it with an ordinary tf.data iterator, which is trackable, so the iterator state is in the
+  checkpoint and a killed run resumes on the very next batch. (The DistributedIterator of
+  `distribute_datasets_from_function` cannot be checkpointed in TF 2.21.) The per-replica slices are
+  handed to the replicas with `experimental_distribute_values_from_function` inside the compiled loop.
+  `input_mode="distributed"` uses `strategy.distribute_datasets_from_function` (prefetch to device,
+  multi-host TPU); its resume skips the batches already consumed, which is exact for the deterministic
+  (seeded) pipelines of framework/pipeline.py.
+  With several workers, each worker's iterator is saved beside the main checkpoint in
+  `{model_dir}/input_pipeline_{i}/` at the same step (the chief's checkpoint cannot hold them all).
+- Per-replica state (XLNet memories) lives in ON_READ (sync-on-read) variables: one copy per replica, on
+  that replica's device, read and written in replica context, never gathered to the host and never
+  checkpointed (a resumed run starts from `model.initial_state`). `mem_reset="every_loop"` re-initialises
+  them at the start of every host loop; "never" carries them for the whole run.
+- Host loop. `iterations_per_loop` steps run inside one tf.function (an autograph `tf.range` loop), so
+  the TPU-style host loop and the GPU loop are one code path; summaries and logs are written on the
+  host between loops, outside any compiled code.
+- XLA. With `jit_compile=True` the model's forward pass is compiled (`tf.function(jit_compile=True)`)
+  and so is its gradient; the collectives (count and gradient all-reduce) stay outside the cluster,
+  because MirroredStrategy cannot place collectives inside an XLA function (TPUStrategy compiles the
+  whole replica function anyway).
+- Gradient accumulation over k micro-batches: the k micro-batches of a step go to ONE replica function
+  (unrolled), which sums the local gradients and all-reduces them once. (Separate `strategy.run` calls
+  per micro-batch let the replicas' collectives pair up out of order under MirroredStrategy.) Each micro-batch is normalised by its
+  own global counts and the k gradients are averaged (exact when every micro-batch holds the same
+  count, e.g. fixed num_predict; otherwise each micro-batch gets equal weight).
+- Non-finite loss: `nan_policy="raise"` stops the loop at that step (its update is not applied) and
+  raises FloatingPointError naming the step; "skip" drops that update and goes on (counted in logs).
+  Non-finite gradients always skip the update (fp16 loss scaling relies on it).
+- Precision: "bf16" sets Keras' mixed_bfloat16 policy (float32 variables); "fp16" sets mixed_float16
+  with dynamic loss scaling (x2 after 2000 finite steps, /2 on overflow). Losses are summed in float32.
+- Checkpoints: tf.train.Checkpoint(model, optimizer, step, iterator) + CheckpointManager keeping the
+  last `keep_checkpoint_max`, restored automatically from `model_dir`. Only when nothing is there is
+  `init_checkpoint` used: ours (object-based) or an original TF1 release (plain variable names), the
+  latter through `model.tf1_variable_map()` and models/checkpoints.load_tf1_checkpoint with the
+  pretraining heads allowed to stay unused.
+- One strategy per process: a second MirroredStrategy restarts the collective instance keys while TF's
+  collective executor remembers the first one's shapes (mismatch errors). Reuse the strategy for several
+  Trainers in one process (tests do).
+- SIGTERM (preemption) sets a flag; the loop saves a checkpoint at the end of the current host loop and
+  `train` returns with `preempted=True` (the CLI exits 143).
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import signal
+import time
+from typing import Any, Callable, Sequence
+
+import tensorflow as tf
+
+from models.base import StepOutput, TrainableModel
+from models.checkpoints import load_tf1_checkpoint
+
+from trainers.optimization import Optimizer
+
+log = logging.getLogger("textrain.trainer")
+
+# Original checkpoint names a fine-tuning or continued-pretraining model may leave unused.
+DEFAULT_INIT_ALLOW_UNEXPECTED = (r"^cls/", r"^generator_predictions/", r"^discriminator_predictions/",
+                                 r"^generator/", r"/lm_loss/", r"^model/lm_loss/", r"^bert/pooler/",
+                                 r"^electra/pooler/")
+
+
+# ---------------------------------------------------------------------------------------- strategy
+def make_strategy(kind: str = "auto", num_gpus: int = 0, *, tpu: str | None = None,
+                  tpu_zone: str | None = None, gcp_project: str | None = None) -> tf.distribute.Strategy:
+    """Build the tf.distribute strategy.
+
+    kind: "auto" (num_gpus <= 1: one_device, else mirrored) | "one_device" | "mirrored" |
+    "multi_worker" (MultiWorkerMirroredStrategy from TF_CONFIG) | "tpu".
+    mirrored with `num_gpus` > the GPUs present uses that many logical CPUs when the CPU was split into
+    logical devices (tests; see tests/conftest.py), and is an error otherwise.
+    """
+    # multi_worker and tpu first: listing logical devices initialises TF's context, after which
+    # MultiWorkerMirroredStrategy can no longer configure its collectives.
+    if kind == "multi_worker":
+        if "TF_CONFIG" not in os.environ:
+            raise ValueError("--strategy=multi_worker needs the TF_CONFIG environment variable "
+                             "(cluster and task of this worker)")
+        return tf.distribute.MultiWorkerMirroredStrategy()
+    if kind == "tpu":
+        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu, zone=tpu_zone, project=gcp_project)
+        tf.config.experimental_connect_to_cluster(resolver)
+        tf.tpu.experimental.initialize_tpu_system(resolver)
+        return tf.distribute.TPUStrategy(resolver)
+    if kind == "auto":
+        kind = "mirrored" if num_gpus > 1 else "one_device"
+    gpus = tf.config.list_logical_devices("GPU")
+    if kind == "one_device":
+        return tf.distribute.OneDeviceStrategy("/gpu:0" if gpus and num_gpus != 0 else "/cpu:0")
+    if kind == "mirrored":
+        return tf.distribute.MirroredStrategy(_mirrored_devices(num_gpus, gpus))
+    raise ValueError(f"unknown strategy {kind!r}; use auto, one_device, mirrored, multi_worker or tpu")
+
+
+def _mirrored_devices(num_gpus: int, gpus: list) -> list[str]:
+    if num_gpus <= 0:
+        num_gpus = max(len(gpus), 1)
+    if len(gpus) >= num_gpus:
+        return [g.name for g in gpus[:num_gpus]]
+    cpus = tf.config.list_logical_devices("CPU")
+    if not gpus and len(cpus) >= num_gpus:
+        return [c.name for c in cpus[:num_gpus]]
+    raise ValueError(f"--num_gpus={num_gpus} but this machine has {len(gpus)} GPU(s) and {len(cpus)} "
+                     f"logical CPU(s); lower --num_gpus")
+
+
+def _is_chief(strategy: tf.distribute.Strategy) -> bool:
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if resolver is None or not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        return True
+    task_type, task_id = resolver.task_type, resolver.task_id
+    if task_type in (None, "chief"):
+        return True
+    has_chief = "chief" in resolver.cluster_spec().as_dict()
+    return task_type == "worker" and task_id == 0 and not has_chief
+
+
+def input_context(strategy: tf.distribute.Strategy) -> tf.distribute.InputContext:
+    """This process's InputContext (one input pipeline per worker, as distribute_datasets_from_function)."""
+    num_pipelines, pipeline_id = 1, 0
+    if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        resolver = strategy.cluster_resolver
+        spec = resolver.cluster_spec().as_dict()
+        workers = len(spec.get("worker", [])) + len(spec.get("chief", []))
+        num_pipelines = max(workers, 1)
+        if resolver.task_type == "worker" and "chief" in spec:
+            pipeline_id = resolver.task_id + 1
+        elif resolver.task_type == "worker":
+            pipeline_id = resolver.task_id
+    return tf.distribute.InputContext(num_input_pipelines=num_pipelines, input_pipeline_id=pipeline_id,
+                                      num_replicas_in_sync=strategy.num_replicas_in_sync)
+
+
+# ------------------------------------------------------------------------------------------ config
+@dataclasses.dataclass
+class TrainConfig:
+    model_dir: str
+    num_train_steps: int
+    global_batch_size: int = 0          # for examples/s only (0: not reported)
+    iterations_per_loop: int = 100
+    save_checkpoints_steps: int = 1000
+    keep_checkpoint_max: int = 5
+    log_steps: int = 100                # a progress line at least every log_steps (shortens loops)
+    grad_accum_steps: int = 1
+    clip_norm: float = 1.0              # 0 disables clipping
+    jit_compile: bool = False
+    precision: str = "fp32"             # fp32 | bf16 | fp16
+    nan_policy: str = "raise"           # raise | skip
+    mem_reset: str = "never"            # never | every_loop
+    input_mode: str = "host"            # host (checkpointed iterator) | distributed
+    init_checkpoint: str | None = None
+    init_allow_unexpected: Sequence[str] = DEFAULT_INIT_ALLOW_UNEXPECTED
+    handle_sigterm: bool = True
+
+    def validate(self) -> None:
+        checks = [
+            (self.num_train_steps > 0, f"num_train_steps must be > 0 (got {self.num_train_steps})"),
+            (self.iterations_per_loop > 0, f"iterations_per_loop must be > 0 (got {self.iterations_per_loop})"),
+            (self.save_checkpoints_steps > 0, f"save_checkpoints_steps must be > 0 (got {self.save_checkpoints_steps})"),
+            (self.grad_accum_steps >= 1, f"grad_accum_steps must be >= 1 (got {self.grad_accum_steps})"),
+            (self.precision in ("fp32", "bf16", "fp16"), f"precision must be fp32, bf16 or fp16 (got {self.precision!r})"),
+            (self.nan_policy in ("raise", "skip"), f"nan_policy must be raise or skip (got {self.nan_policy!r})"),
+            (self.mem_reset in ("never", "every_loop"), f"mem_reset must be never or every_loop (got {self.mem_reset!r})"),
+            (self.input_mode in ("host", "distributed"), f"input_mode must be host or distributed (got {self.input_mode!r})"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ValueError(message)
+
+
+@dataclasses.dataclass
+class TrainResult:
+    step: int
+    loss: float
+    terms: dict[str, float]
+    metrics: dict[str, float]
+    examples_per_sec: float
+    steps_per_sec: float
+    skipped_steps: int
+    preempted: bool
+    checkpoint: str | None
+
+
+def set_precision_policy(precision: str) -> None:
+    policy = {"fp32": "float32", "bf16": "mixed_bfloat16", "fp16": "mixed_float16"}[precision]
+    tf.keras.mixed_precision.set_global_policy(policy)
+
+
+# ----------------------------------------------------------------------------------------- trainer
+class Trainer:
+    """Builds model, optimizer, input and checkpoints under `strategy`, then `train()`s.
+
+    model_fn() -> TrainableModel and optimizer_fn() -> Optimizer (unbuilt) are called inside
+    strategy.scope(); dataset_fn(InputContext) -> tf.data.Dataset batched per replica, repeated for
+    training (an exhausted dataset ends training early with a log line).
+    """
+
+    def __init__(self, strategy: tf.distribute.Strategy, model_fn: Callable[[], TrainableModel],
+                 optimizer_fn: Callable[[], Optimizer], dataset_fn: Callable[[tf.distribute.InputContext], tf.data.Dataset],
+                 config: TrainConfig):
+        config.validate()
+        self.strategy = strategy
+        self.config = config
+        self.dataset_fn = dataset_fn
+        self.is_chief = _is_chief(strategy)
+        self.input_context = input_context(strategy)
+        self.num_replicas = strategy.num_replicas_in_sync
+        self.num_local = max(len(strategy.extended.worker_devices), 1)
+        set_precision_policy(config.precision)
+        self._stop_requested = False
+        self._skipped = 0
+
+        sample = next(iter(dataset_fn(self.input_context)))  # one per-replica batch, to build the model
+        with strategy.scope():
+            self.model = model_fn()
+            self.per_replica_batch = _batch_size(sample)
+            self._term_names, self._metric_names = self._build_model(sample)
+            self.optimizer = optimizer_fn()
+            self.optimizer.build(self.model.trainable_variables)
+            self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
+            self._state_vars = self._make_state_variables()
+            self._loss_scale = _DynamicLossScale() if config.precision == "fp16" else None
+        self._forward_fn = (tf.function(self._forward, jit_compile=True) if config.jit_compile else self._forward)
+
+        self._iterator = None
+        if config.input_mode == "host":
+            self._iterator = self._host_iterator(skip=0)
+        self._setup_checkpoints()
+        self.restored_from = self._restore()
+        if config.input_mode == "distributed":
+            consumed = int(self.step.numpy()) * config.grad_accum_steps
+            self._dist_iterator = iter(strategy.distribute_datasets_from_function(
+                lambda ctx: dataset_fn(ctx).skip(consumed)))
+        self._loop_fn = tf.function(self._train_loop)
+        self._writer = (tf.summary.create_file_writer(os.path.join(config.model_dir, "train"))
+                        if self.is_chief else tf.summary.create_noop_writer())
+
+    # ------------------------------------------------------------------------------------ building
+    def _build_model(self, sample) -> tuple[list[str], list[str]]:
+        """Create the model's variables with one forward pass (in the scope, not in a replica)."""
+        out = self.model.step_output(sample, self.model.initial_state(self.per_replica_batch), training=False)
+        _check_step_output(out)
+        if not self.model.trainable_variables:
+            raise ValueError(f"{type(self.model).__name__} has no trainable variables after a forward pass")
+        return sorted(out.losses), sorted(out.metrics)
+
+    def _make_state_variables(self):
+        initial = self.model.initial_state(self.per_replica_batch)
+        return tf.nest.map_structure(
+            lambda t: tf.Variable(t, trainable=False, synchronization=tf.VariableSynchronization.ON_READ,
+                                  aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA), initial)
+
+    def _host_iterator(self, skip: int):
+        with tf.device(self.strategy.extended.worker_devices[0].rsplit("/device:", 1)[0] + "/device:CPU:0"):
+            ds = self.dataset_fn(self.input_context)
+            if self.num_local > 1:  # one element = the per-replica batches of all local replicas
+                ds = ds.batch(self.num_local, drop_remainder=True)
+            return iter(ds.skip(skip)) if skip else iter(ds)
+
+    # --------------------------------------------------------------------------------- checkpoints
+    def _setup_checkpoints(self) -> None:
+        cfg = self.config
+        objects = dict(model=self.model, optimizer=self.optimizer, step=self.step)
+        many_pipelines = self.input_context.num_input_pipelines > 1
+        if self._iterator is not None and not many_pipelines:
+            objects["iterator"] = self._iterator
+        if self._loss_scale is not None:
+            objects["loss_scale"] = self._loss_scale
+        self.checkpoint = tf.train.Checkpoint(**objects)
+        directory = cfg.model_dir if self.is_chief else os.path.join(
+            cfg.model_dir, ".worker_tmp", f"pipeline_{self.input_context.input_pipeline_id}")
+        self.manager = tf.train.CheckpointManager(self.checkpoint, directory,
+                                                  max_to_keep=cfg.keep_checkpoint_max if self.is_chief else 1)
+        self._input_manager = None
+        if self._iterator is not None and many_pipelines:
+            self._input_checkpoint = tf.train.Checkpoint(iterator=self._iterator)
+            self._input_manager = tf.train.CheckpointManager(
+                self._input_checkpoint, os.path.join(cfg.model_dir, f"input_pipeline_{self.input_context.input_pipeline_id}"),
+                max_to_keep=cfg.keep_checkpoint_max)
+
+    def _restore(self) -> str | None:
+        latest = tf.train.latest_checkpoint(self.config.model_dir)
+        if latest:
+            self.checkpoint.restore(latest).assert_existing_objects_matched()
+            self._restore_input_pipeline(int(self.step.numpy()))
+            log.info("restored %s (step %d)", latest, int(self.step.numpy()))
+            return latest
+        if self.config.init_checkpoint:
+            self._load_init_checkpoint(self.config.init_checkpoint)
+            return self.config.init_checkpoint
+        return None
+
+    def _restore_input_pipeline(self, step: int) -> None:
+        if self._input_manager is None:
+            return
+        path = os.path.join(self._input_manager.directory, f"ckpt-{step}")
+        if tf.io.gfile.exists(path + ".index"):
+            self._input_checkpoint.restore(path).assert_existing_objects_matched()
+        else:
+            log.warning("no input-pipeline checkpoint %s: this worker's data starts from the beginning", path)
+
+    def _load_init_checkpoint(self, path: str) -> None:
+        if tf.io.gfile.isdir(path):
+            path = tf.train.latest_checkpoint(path) or path
+        names = [n for n, _ in tf.train.list_variables(path)]
+        if "_CHECKPOINTABLE_OBJECT_GRAPH" in names:
+            tf.train.Checkpoint(model=self.model).read(path).expect_partial()
+            log.info("initialised the model from %s (textrain checkpoint)", path)
+        else:
+            loaded = load_tf1_checkpoint(path, self.model.tf1_variable_map(),
+                                         allow_unexpected=self.config.init_allow_unexpected)
+            log.info("initialised %d variables from %s (original TF1 checkpoint)", len(loaded), path)
+
+    def save(self) -> str | None:
+        step = int(self.step.numpy())
+        path = self.manager.save(checkpoint_number=step)
+        if self._input_manager is not None:
+            self._input_manager.save(checkpoint_number=step)
+        if not self.is_chief:  # every worker must take part in the save; only the chief's is kept
+            tf.io.gfile.rmtree(self.manager.directory)
+            return None
+        return path
+
+    # ---------------------------------------------------------------------------- the replica step
+    def _forward(self, features, state):
+        out = self.model.step_output(features, state, training=True)
+        f32 = lambda t: tf.cast(t, tf.float32)  # noqa: E731
+        losses = {k: (f32(t.total), f32(t.count)) for k, t in out.losses.items()}
+        metrics = {k: (f32(t.total), f32(t.count)) for k, t in out.metrics.items()}
+        self._loss_weights = {k: _python_weight(k, t.weight) for k, t in out.losses.items()}
+        return losses, metrics, tf.nest.map_structure(tf.stop_gradient, out.state)
+
+    def _replica_loss_and_grads(self, features):
+        """This replica's share of the global loss, its (local) gradients, and global statistics."""
+        ctx = tf.distribute.get_replica_context()
+        variables = self.model.trainable_variables
+        state = tf.nest.map_structure(lambda v: v.read_value(), self._state_vars)
+        with tf.GradientTape() as tape:
+            losses, metrics, new_state = self._forward_fn(features, state)
+            counts = ctx.all_reduce(tf.distribute.ReduceOp.SUM, {k: c for k, (_, c) in losses.items()})
+            loss = tf.add_n([self._loss_weights[k] * tf.math.divide_no_nan(t, counts[k])
+                             for k, (t, _) in losses.items()])
+            scaled = loss * self._loss_scale.value() if self._loss_scale is not None else loss
+        grads = tape.gradient(scaled, variables)
+        # Dense gradients (embedding lookups give IndexedSlices): all-reduce, clipping and accumulation
+        # want one dense tensor per variable, as the originals do on TPU.
+        self._no_gradient = [g is None for g in grads]  # trace time; such variables are left alone
+        grads = [tf.zeros(v.shape, tf.float32) if g is None else tf.cast(tf.convert_to_tensor(g), tf.float32)
+                 for g, v in zip(grads, variables)]
+        tf.nest.map_structure(lambda var, t: var.assign(tf.cast(t, var.dtype)), self._state_vars, new_state)
+        local = {"loss": loss}
+        for k, (t, c) in losses.items():
+            local[f"terms/{k}/total"], local[f"terms/{k}/count"] = t, c
+        for k, (t, c) in metrics.items():
+            local[f"metrics/{k}/total"], local[f"metrics/{k}/count"] = t, c
+        stats = ctx.all_reduce(tf.distribute.ReduceOp.SUM, local)
+        return grads, stats
+
+    def _replica_step(self, batches):
+        """One update from k micro-batches: local gradients summed, all-reduced once, clipped, applied."""
+        ctx = tf.distribute.get_replica_context()
+        variables = self.model.trainable_variables
+        k = len(batches)
+        grads, stats = self._replica_loss_and_grads(batches[0])
+        for features in batches[1:]:  # unrolled: one replica function holds every collective, in order
+            more_grads, more_stats = self._replica_loss_and_grads(features)
+            grads = [a + b for a, b in zip(grads, more_grads)]
+            stats = {name: stats[name] + more_stats[name] for name in stats}
+        if k > 1:
+            grads = [g / k for g in grads]
+            stats["loss"] = stats["loss"] / k
+        grads = ctx.all_reduce(tf.distribute.ReduceOp.SUM, grads)
+        if self._loss_scale is not None:
+            grads = [g / self._loss_scale.value() for g in grads]
+        grad_norm = tf.linalg.global_norm(grads)
+        loss_finite = tf.math.is_finite(stats["loss"])
+        update_ok = loss_finite & tf.math.is_finite(grad_norm)
+        if self.config.clip_norm > 0:
+            grads, _ = tf.clip_by_global_norm(grads, self.config.clip_norm,
+                                              use_norm=tf.where(update_ok, grad_norm, 1.0))
+        lr = self.optimizer.current_learning_rate()
+        grads = [None if none else g for g, none in zip(grads, self._no_gradient)]
+        self.optimizer.apply_gradients(zip(grads, variables), skip=tf.logical_not(update_ok))
+        if self._loss_scale is not None:
+            self._loss_scale.update(tf.math.is_finite(grad_norm))
+            finite = loss_finite  # overflowing fp16 gradients are expected: skipped, not an error
+        else:
+            finite = update_ok
+        return self._step_stats(stats, grad_norm=grad_norm, lr=lr, finite=finite)
+
+    @staticmethod
+    def _step_stats(stats, grad_norm, lr, finite):
+        out = dict(stats)
+        out["grad_norm"] = tf.cast(grad_norm, tf.float32)
+        out["learning_rate"] = tf.cast(lr, tf.float32)
+        out["finite"] = tf.cast(finite, tf.float32)
+        return out
+
+    # ------------------------------------------------------------------------------ the host loop
+    def _next_batch(self):
+        if self.config.input_mode == "distributed":
+            return next(self._dist_iterator)
+        element = next(self._iterator)
+        if self.num_local == 1:
+            return self.strategy.experimental_distribute_values_from_function(lambda ctx: element)
+        n = self.num_local
+        return self.strategy.experimental_distribute_values_from_function(
+            lambda ctx: tf.nest.map_structure(lambda t: t[ctx.replica_id_in_sync_group % n], element))
+
+    def _first(self, per_replica):
+        return tf.nest.map_structure(lambda v: self.strategy.experimental_local_results(v)[0], per_replica)
+
+    def _one_step(self):
+        batches = tuple(self._next_batch() for _ in range(self.config.grad_accum_steps))
+        return self._first(self.strategy.run(self._replica_step, args=(batches,)))
+
+    def _zero_stats(self) -> dict[str, tf.Tensor]:
+        names = ["loss", "grad_norm", "learning_rate", "finite"]
+        for k in self._term_names:
+            names += [f"terms/{k}/total", f"terms/{k}/count"]
+        for k in self._metric_names:
+            names += [f"metrics/{k}/total", f"metrics/{k}/count"]
+        return {n: tf.constant(0.0) for n in names}
+
+    def _train_loop(self, num_steps):
+        """`num_steps` steps in one tf.function; stops early at a non-finite loss when nan_policy=raise."""
+        sums = self._zero_stats()
+        last = self._zero_stats()
+        done = tf.constant(0, tf.int64)
+        skipped = tf.constant(0, tf.int64)
+        for _ in tf.range(num_steps):
+            last = self._one_step()
+            done += 1
+            self.step.assign_add(1)
+            if last["finite"] < 0.5:
+                skipped += 1
+                if self.config.nan_policy == "raise":
+                    break
+            else:
+                sums = {n: sums[n] + last[n] for n in sums}
+        return sums, last, done, skipped
+
+    def _reset_state(self) -> None:
+        initial = lambda: tf.nest.map_structure(  # noqa: E731
+            lambda var, t: var.assign(tf.cast(t, var.dtype)), self._state_vars,
+            self.model.initial_state(self.per_replica_batch))
+        if tf.nest.flatten(self._state_vars):
+            self.strategy.run(tf.function(initial))
+
+    # ----------------------------------------------------------------------------------- training
+    def train(self, callbacks: Sequence[Callable[[dict], None]] = ()) -> TrainResult:
+        """Train to `num_train_steps`; returns the figures of the last loop."""
+        cfg = self.config
+        previous_handler = self._install_sigterm_handler()
+        start_step = int(self.step.numpy())
+        start_time = time.time()
+        figures: dict[str, Any] = {"loss": float("nan"), "terms": {}, "metrics": {}}
+        rate = steps_rate = 0.0
+        saved = None
+        saved_step = -1
+        try:
+            step = start_step
+            while step < cfg.num_train_steps and not self._stop_requested:
+                if cfg.mem_reset == "every_loop":
+                    self._reset_state()
+                n = self._loop_length(step)
+                t0 = time.time()
+                try:
+                    sums, last, done, skipped = self._loop_fn(tf.constant(n, tf.int64))
+                except tf.errors.OutOfRangeError:
+                    log.warning("input exhausted at step %d; stopping", int(self.step.numpy()))
+                    break
+                elapsed = max(time.time() - t0, 1e-9)
+                step = int(self.step.numpy())
+                done, skipped = int(done), int(skipped)
+                self._skipped += skipped
+                if cfg.nan_policy == "raise" and float(last["finite"]) < 0.5:
+                    raise FloatingPointError(
+                        f"non-finite loss ({float(last['loss'])}) at step {step} (1-based; the update of that "
+                        f"step was not applied). Lower the learning rate, check the data, or use --nan_policy=skip.")
+                good = max(done - skipped, 1)
+                steps_rate = done / elapsed
+                rate = steps_rate * cfg.global_batch_size * cfg.grad_accum_steps
+                figures = _figures({k: float(v) for k, v in sums.items()}, good)
+                figures.update(step=step, learning_rate=float(last["learning_rate"]),
+                               grad_norm=float(last["grad_norm"]), examples_per_sec=rate, steps_per_sec=steps_rate)
+                self._log_progress(figures, start_step, start_time)
+                self._write_summaries(figures, step)
+                for callback in callbacks:
+                    callback(figures)
+                if step % cfg.save_checkpoints_steps == 0 or step >= cfg.num_train_steps or self._stop_requested:
+                    saved, saved_step = self.save(), step
+            if int(self.step.numpy()) != saved_step:
+                saved = self.save()
+        finally:
+            self._writer.flush()
+            if previous_handler is not None:
+                signal.signal(signal.SIGTERM, previous_handler)
+        if self._stop_requested:
+            log.warning("SIGTERM: saved %s at step %d; exiting", saved, int(self.step.numpy()))
+        return TrainResult(step=int(self.step.numpy()), loss=figures["loss"], terms=figures["terms"],
+                           metrics=figures["metrics"], examples_per_sec=rate, steps_per_sec=steps_rate,
+                           skipped_steps=self._skipped, preempted=self._stop_requested, checkpoint=saved)
+
+    def _loop_length(self, step: int) -> int:
+        """Steps of the next host loop: up to iterations_per_loop, never past a save, log or the end."""
+        cfg = self.config
+        n = min(cfg.iterations_per_loop, cfg.num_train_steps - step)
+        for every in (cfg.save_checkpoints_steps, cfg.log_steps):
+            if every > 0:
+                n = min(n, every - step % every)
+        return max(n, 1)
+
+    def _install_sigterm_handler(self):
+        if not self.config.handle_sigterm:
+            return None
+
+        def on_sigterm(signum, frame):
+            self._stop_requested = True
+            log.warning("SIGTERM received: saving a checkpoint at the end of this loop")
+
+        try:
+            return signal.signal(signal.SIGTERM, on_sigterm)
+        except ValueError:  # not the main thread
+            return None
+
+    def request_stop(self) -> None:
+        """Programmatic preemption (same path as SIGTERM)."""
+        self._stop_requested = True
+
+    def _log_progress(self, fig: dict, start_step: int, start_time: float) -> None:
+        step = fig["step"]
+        elapsed = time.time() - start_time
+        per_step = elapsed / max(step - start_step, 1)
+        eta = per_step * (self.config.num_train_steps - step)
+        parts = [f"step {step}/{self.config.num_train_steps}", f"loss {fig['loss']:.4f}"]
+        parts += [f"{k} {v:.4f}" for k, v in fig["terms"].items()]
+        parts += [f"{k} {v:.4f}" for k, v in fig["metrics"].items()]
+        parts += [f"lr {fig['learning_rate']:.3g}", f"gnorm {fig['grad_norm']:.3g}",
+                  f"{fig['steps_per_sec']:.2f} steps/s", f"{fig['examples_per_sec']:.1f} ex/s",
+                  f"ETA {_hms(eta)}"]
+        log.info(" | ".join(parts))
+
+    def _write_summaries(self, fig: dict, step: int) -> None:
+        with self._writer.as_default(step=step):
+            tf.summary.scalar("loss", fig["loss"])
+            for k, v in fig["terms"].items():
+                tf.summary.scalar(f"losses/{k}", v)
+            for k, v in fig["metrics"].items():
+                tf.summary.scalar(f"metrics/{k}", v)
+            tf.summary.scalar("learning_rate", fig["learning_rate"])
+            tf.summary.scalar("grad_norm", fig["grad_norm"])
+            tf.summary.scalar("examples_per_sec", fig["examples_per_sec"])
+            tf.summary.scalar("steps_per_sec", fig["steps_per_sec"])
+
+
+# ------------------------------------------------------------------------------------- loss scale
+class _DynamicLossScale(tf.Module):
+    """fp16 loss scale: x2 after `period` finite steps, /2 (not below 1) on a non-finite gradient."""
+
+    def __init__(self, initial: float = 2.0 ** 15, period: int = 2000):
+        super().__init__()
+        self.scale = tf.Variable(initial, trainable=False, dtype=tf.float32)
+        self.good_steps = tf.Variable(0, trainable=False, dtype=tf.int64)
+        self.period = period
+
+    def value(self) -> tf.Tensor:
+        return tf.identity(self.scale)
+
+    def update(self, finite: tf.Tensor):
+        def apply(strategy, finite):
+            # `finite` may be per-replica: each device computes the (identical) new values from its own copy.
+            def new_scale(scale, good, ok):
+                grow = ok & (good + 1 >= self.period)
+                return scale.assign(tf.where(ok, tf.where(grow, scale * 2.0, scale), tf.maximum(scale / 2.0, 1.0)))
+
+            def new_good(good, scale, ok):
+                grow = ok & (good + 1 >= self.period)
+                return good.assign(tf.where(ok & ~grow, good + 1, tf.constant(0, tf.int64)))
+
+            # good_steps first is read by new_scale, so compute the scale from the old count before updating it.
+            old_good = tf.identity(self.good_steps)
+            done = strategy.extended.update(self.scale, new_scale, args=(old_good, finite), group=True)
+            with tf.control_dependencies([done]):
+                return strategy.extended.update(self.good_steps, new_good, args=(self.scale, finite), group=True)
+
+        return tf.distribute.get_replica_context().merge_call(apply, args=(finite,))
+
+
+# ---------------------------------------------------------------------------------------- helpers
+def _batch_size(sample) -> int:
+    first = tf.nest.flatten(sample)[0]
+    return int(first.shape[0])
+
+
+def _check_step_output(out) -> None:
+    if not isinstance(out, StepOutput):
+        raise TypeError(f"step_output must return models.base.StepOutput, got {type(out).__name__}")
+    if not out.losses:
+        raise ValueError("step_output returned no loss terms")
+
+
+def _python_weight(name: str, weight) -> float:
+    try:
+        return float(weight)
+    except TypeError:
+        raise TypeError(f"loss term {name!r}: Term.weight must be a Python number, got {weight!r}") from None
+
+
+def _figures(sums: dict[str, float], steps: int) -> dict[str, Any]:
+    """Global means over the loop: loss averaged over steps, terms/metrics as sum(total)/sum(count)."""
+    terms, metrics = {}, {}
+    for key, value in sums.items():
+        if key.endswith("/total"):
+            kind, name, _ = key.split("/")
+            count = sums[f"{kind}/{name}/count"]
+            (terms if kind == "terms" else metrics)[name] = value / count if count else float("nan")
+    return {"loss": sums["loss"] / steps, "terms": terms, "metrics": metrics}
+
+
+def _hms(seconds: float) -> str:
+    seconds = int(max(seconds, 0))
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"

@@ -1,0 +1,156 @@
+"""The trainer and model flags, defined in ONE place (the originals re-declared them in every script).
+
+`define_trainer_flags()` is idempotent and defines every flag through `_define`, which skips a name that
+is already defined. That matters because several names are BOTH a model/trainer setting and a problem
+hyper-parameter that framework/flags.py defines from the problems' HParams dataclasses (`max_seq_length`,
+`max_predictions_per_seq`, `seq_len`, `reuse_len`, `bi_data`, `num_predict`, `perm_size`, `mask_alpha`,
+`mask_beta`, `uncased`, `num_core_per_host`, `vocab_size`): one flag serves both, whichever module defines
+it first. That is the point: the trainer passes the value to the problem AND checks it against the data
+manifest (framework.problem.check_settings), refusing a mismatch with both values named. Such shared
+flags default to None here ("not given": the problem's default, the manifest or the model preset
+decides), so the two definitions can never disagree on a default or a type.
+
+Names follow the originals where they exist: google-research/bert run_pretraining.py, zihangdai/xlnet
+train_gpu.py, google-research/electra configure_pretraining.py. Model flags default to None, meaning
+"the model's preset / config file value"; the help text says the original's default.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from absl import flags
+
+FLAGS = flags.FLAGS
+
+_DEFINERS = {"string": flags.DEFINE_string, "integer": flags.DEFINE_integer, "float": flags.DEFINE_float,
+             "bool": flags.DEFINE_bool}
+
+
+def _define(kind: str, name: str, default: Any, help_text: str, **kwargs: Any) -> None:
+    """Define a flag unless a flag of that name exists (it is then shared: see the module docstring)."""
+    if name in FLAGS:
+        return
+    if kind == "enum":
+        flags.DEFINE_enum(name, default, kwargs.pop("values"), help_text)
+    else:
+        _DEFINERS[kind](name, default, help_text, **kwargs)
+
+
+# (kind, name, default, help[, enum values])
+_RUN_FLAGS = [
+    ("string", "problem", None, "Registered problem name (framework.registry)."),
+    ("string", "data_dir", None, "Directory of the generated records ({data_dir}/{problem}/...)."),
+    ("string", "model", None, "Registered model name: bert, electra, xlnet (or one from --usr_dir)."),
+    ("string", "model_dir", None, "Checkpoints and TensorBoard summaries; a run restarts from its latest checkpoint."),
+    ("string", "usr_dir", None, "Python package of user problems/models to import (tensor2tensor's --t2t_usr_dir)."),
+    ("integer", "num_gpus", 1, "0/1: one device; >1: MirroredStrategy over that many GPUs (logical CPUs in tests)."),
+    ("enum", "strategy", "auto", "auto (by --num_gpus) | one_device | mirrored | multi_worker (TF_CONFIG) | tpu.",
+     ["auto", "one_device", "mirrored", "multi_worker", "tpu"]),
+    ("integer", "seed", None, "Seed of the model initialisation and of the input pipeline's shuffling."),
+]
+
+_BERT_RUN_FLAGS = [  # google-research/bert run_pretraining.py
+    ("string", "bert_config_file", None, "BERT config JSON of the original release (else --model_size preset)."),
+    ("string", "init_checkpoint", None, "Initial weights: a textrain checkpoint or an original TF1 release."),
+    ("integer", "max_seq_length", None, "Sequence length (BERT/ELECTRA data); checked against the data manifest."),
+    ("integer", "max_predictions_per_seq", None, "Masked positions per sequence; checked against the manifest."),
+    ("integer", "train_batch_size", 32, "GLOBAL batch size (all replicas, all workers)."),
+    ("integer", "num_train_steps", 100000, "Training steps (optimizer updates)."),
+    ("integer", "num_warmup_steps", 10000, "Linear warmup steps."),
+    ("float", "learning_rate", 5e-5, "Peak learning rate."),
+    ("integer", "save_checkpoints_steps", 1000, "Save a checkpoint every this many steps."),
+    ("integer", "iterations_per_loop", 1000, "Steps per compiled host loop (summaries/logs between loops)."),
+    ("bool", "use_tpu", False, "Train on a TPU (train_tpu.py)."),
+]
+
+_TPU_FLAGS = [
+    ("string", "tpu", None, "TPU name or grpc address (TPUClusterResolver)."),
+    ("string", "tpu_zone", None, "GCE zone of the TPU."),
+    ("string", "gcp_project", None, "GCP project of the TPU."),
+    ("integer", "num_hosts", 1, "TPU hosts."),
+    ("integer", "num_core_per_host", None, "Cores per host (XLNet: also how the data was split, checked)."),
+]
+
+_OPTIMIZER_FLAGS = [
+    ("enum", "optimizer", "adamw", "adamw (BERT's AdamWeightDecay) | lamb.", ["adamw", "lamb"]),
+    ("float", "weight_decay", 0.01, "Decoupled weight decay (not on LayerNorm/bias)."),
+    ("float", "adam_epsilon", 1e-6, "Adam epsilon (1e-6 in BERT/ELECTRA; XLNet used 1e-8)."),
+    ("enum", "lr_decay", "linear", "Decay after warmup: linear | polynomial | cosine | constant.",
+     ["linear", "polynomial", "cosine", "constant"]),
+    ("float", "poly_power", 1.0, "Power of the polynomial decay."),
+    ("float", "min_lr_ratio", 0.0, "End learning rate as a fraction of the peak (XLNet's name)."),
+    ("float", "layerwise_lr_decay", 1.0, "Per-layer LR decay (ELECTRA fine-tuning); 1 disables it."),
+    ("float", "clip_norm", 1.0, "Global-norm gradient clipping (1.0 in the originals); 0 disables."),
+    ("integer", "grad_accum_steps", 1, "Micro-batches per update (train_batch_size is per micro-batch)."),
+]
+
+_LOOP_FLAGS = [
+    ("integer", "keep_checkpoint_max", 5, "Checkpoints kept in --model_dir."),
+    ("enum", "precision", "fp32", "fp32 | bf16 (mixed_bfloat16) | fp16 (mixed_float16 + loss scaling).",
+     ["fp32", "bf16", "fp16"]),
+    ("bool", "jit_compile", False, "XLA-compile the model's forward and backward pass."),
+    ("integer", "log_steps", 100, "A progress line (and summaries) at least every this many steps."),
+    ("enum", "mem_reset", "never", "XLNet memories: never reset, or reset at every host loop.",
+     ["never", "every_loop"]),
+    ("enum", "nan_policy", "raise", "Non-finite loss: raise (naming the step) or skip the update.", ["raise", "skip"]),
+    ("enum", "input_mode", "host", "host: checkpointed input iterator | distributed: prefetch to device.",
+     ["host", "distributed"]),
+]
+
+_XLNET_FLAGS = [  # zihangdai/xlnet train_gpu.py; None = the model preset / config file / data manifest
+    ("integer", "seq_len", None, "XLNet sequence length (original 512); checked against the manifest."),
+    ("integer", "reuse_len", None, "Tokens reused as memory in each example (original 256)."),
+    ("integer", "mem_len", None, "Memory length carried across steps (original 0 in data, 384 in training)."),
+    ("integer", "perm_size", None, "Permutation window (original = reuse_len)."),
+    ("bool", "bi_data", None, "Bidirectional data pipeline (original True); checked against the manifest."),
+    ("integer", "mask_alpha", None, "Tokens per group of masked spans (original 6)."),
+    ("integer", "mask_beta", None, "Masked tokens per group (original 1)."),
+    ("integer", "num_predict", None, "Predicted tokens per example (original 85); checked against the manifest."),
+    ("integer", "n_layer", None, "Layers (original 24)."),
+    ("integer", "d_model", None, "Hidden size (original 1024)."),
+    ("integer", "d_embed", None, "Embedding size (the original ignores it: embeddings are d_model wide)."),
+    ("integer", "n_head", None, "Attention heads (original 16)."),
+    ("integer", "d_head", None, "Size of each head (original 64)."),
+    ("integer", "d_inner", None, "Feed-forward size (original 4096)."),
+    ("bool", "untie_r", None, "Untie the relative-attention biases across layers (original True)."),
+    ("string", "ff_activation", None, "relu or gelu (original relu)."),
+    ("integer", "clamp_len", None, "Clamp relative distances (-1: no clamping)."),
+    ("bool", "same_length", None, "Same attention length for every token."),
+    ("bool", "uncased", None, "Lower-case input (SentencePiece side)."),
+    ("float", "dropout", None, "Dropout (original 0.1)."),
+    ("float", "dropatt", None, "Attention dropout (original 0.1)."),
+    ("string", "model_config_path", None, "xlnet_config.json of an original release."),
+    ("string", "attn_type", None, "bi or uni attention (original bi)."),
+    ("string", "init", None, "normal or uniform initialisation (original normal)."),
+    ("float", "init_std", None, "Stddev of the normal initialiser (original 0.02)."),
+    ("float", "init_range", None, "Range of the uniform initialiser (original 0.1)."),
+    ("integer", "n_token", None, "Vocabulary size (default: the data manifest's)."),
+    ("bool", "recompute", None, "Recompute activations in the backward pass (memory for time)."),
+]
+
+_ELECTRA_FLAGS = [  # google-research/electra configure_pretraining.py
+    ("string", "model_size", None, "small | base | large preset (BERT and ELECTRA)."),
+    ("integer", "vocab_size", None, "Vocabulary size (default: the data manifest's)."),
+    ("float", "mask_prob", None, "Masking probability (original 0.15)."),
+    ("float", "gen_weight", None, "Generator MLM loss weight (original 1.0)."),
+    ("float", "disc_weight", None, "Discriminator loss weight (original 50.0)."),
+    ("float", "generator_hidden_size", None, "Generator width as a fraction of the discriminator's (original 0.25)."),
+    ("float", "temperature", None, "Gumbel sampling temperature (original 1.0)."),
+]
+
+ALL_FLAG_GROUPS = (_RUN_FLAGS, _BERT_RUN_FLAGS, _TPU_FLAGS, _OPTIMIZER_FLAGS, _LOOP_FLAGS, _XLNET_FLAGS,
+                   _ELECTRA_FLAGS)
+
+
+def define_trainer_flags() -> None:
+    """Define every trainer and model flag (idempotent; shared names are defined once)."""
+    for group in ALL_FLAG_GROUPS:
+        for kind, name, default, help_text, *values in group:
+            if values:
+                _define("enum", name, default, help_text, values=values[0])
+            else:
+                _define(kind, name, default, help_text)
+
+
+def flag_names() -> list[str]:
+    return [entry[1] for group in ALL_FLAG_GROUPS for entry in group]
