@@ -51,7 +51,8 @@ def load_tf1_checkpoint(path: str, variable_map: dict[str, tf.Variable],
                 parts.append(f"  {title} ({len(names)}): " + ", ".join(names))
         raise CheckpointMismatchError("\n".join(parts))
     for name, var in variable_map.items():
-        var.assign(np.asarray(reader.get_tensor(name)).astype(var.dtype.as_numpy_dtype))
+        # Keras 3 variables report their dtype as a string; tf.as_dtype takes both forms.
+        var.assign(np.asarray(reader.get_tensor(name)).astype(tf.as_dtype(var.dtype).as_numpy_dtype))
     return sorted(variable_map)
 
 

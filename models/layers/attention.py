@@ -1,0 +1,89 @@
+"""Multi-head (self or cross) attention, batch-major, as in the original BERT.
+
+Decisions:
+- Q, K, V are three Dense layers `[hidden, hidden]` named `query`, `key`, `value` and the output
+  projection `output_dense` is a fourth, because those are the released checkpoints' shapes
+  (`attention/self/query/kernel` is `[hidden, heads*head_size]`); fused QKV would need a split on
+  import for no measurable gain on CPU.
+- Scores are computed in the compute dtype (bf16 matmuls are the point of mixed precision) and
+  then cast to float32 for the one masked softmax (models/layers/softmax.py): exp/normalise of
+  long rows is where bf16 loses accuracy. Probabilities go back to the compute dtype.
+- The query is scaled by 1/sqrt(head_size) before the score matmul (L*d work instead of L*L).
+- `attention_mask` is 1 = may attend, 0 = may not; `[batch, key_len]` (padding) or
+  `[batch, query_len, key_len]` (causal, two-stream, cross). It is never named `mask`, which
+  Keras reserves for its own masking.
+"""
+from __future__ import annotations
+
+import math
+
+import tensorflow as tf
+
+from models.layers.embeddings import truncated_normal
+from models.layers.softmax import masked_softmax
+
+
+def expand_attention_mask(attention_mask: tf.Tensor | None) -> tf.Tensor | None:
+    """`[B, Lk]` or `[B, Lq, Lk]` -> `[B, 1, 1|Lq, Lk]`, broadcastable over heads (and queries)."""
+    if attention_mask is None:
+        return None
+    rank = attention_mask.shape.rank
+    if rank == 2:
+        return attention_mask[:, tf.newaxis, tf.newaxis, :]
+    if rank == 3:
+        return attention_mask[:, tf.newaxis, :, :]
+    raise ValueError(f"attention_mask must be [batch, key_len] or [batch, query_len, key_len], "
+                     f"got shape {attention_mask.shape}")
+
+
+class MultiHeadAttention(tf.keras.layers.Layer):
+    """`[B, Lq, H]` (and optional `[B, Lk, H]` memory) -> `[B, Lq, H]`, output projection included."""
+
+    def __init__(self, hidden_size: int, num_heads: int, attention_dropout: float = 0.1,
+                 initializer_range: float = 0.02, name: str = "attention", **kwargs):
+        super().__init__(name=name, **kwargs)
+        if hidden_size % num_heads:
+            raise ValueError(f"hidden_size {hidden_size} is not a multiple of num_attention_heads {num_heads}")
+        self.hidden_size = hidden_size
+        self.num_heads = num_heads
+        self.head_size = hidden_size // num_heads
+        init = truncated_normal(initializer_range)
+
+        def dense(layer_name: str) -> tf.keras.layers.Dense:
+            return tf.keras.layers.Dense(hidden_size, kernel_initializer=init, name=layer_name,
+                                         dtype=self.dtype_policy)
+
+        self.query = dense("query")
+        self.key = dense("key")
+        self.value = dense("value")
+        self.output_dense = dense("output_dense")
+        self.dropout = tf.keras.layers.Dropout(attention_dropout, dtype=self.dtype_policy)
+
+    def build(self, input_shape) -> None:
+        width = (None, None, self.hidden_size)
+        for layer in (self.query, self.key, self.value, self.output_dense):
+            layer.build(width)
+        self.built = True
+
+    def _split_heads(self, x: tf.Tensor) -> tf.Tensor:
+        """`[B, L, H]` -> `[B, heads, L, head_size]`."""
+        shape = tf.shape(x)
+        x = tf.reshape(x, [shape[0], shape[1], self.num_heads, self.head_size])
+        return tf.transpose(x, [0, 2, 1, 3])
+
+    def call(self, inputs: tf.Tensor, memory: tf.Tensor | None = None,
+             attention_mask: tf.Tensor | None = None, training: bool = False,
+             return_probs: bool = False):
+        memory = inputs if memory is None else tf.cast(memory, inputs.dtype)
+        q = self._split_heads(self.query(inputs)) * tf.cast(1.0 / math.sqrt(self.head_size), inputs.dtype)
+        k = self._split_heads(self.key(memory))
+        v = self._split_heads(self.value(memory))
+        scores = tf.matmul(q, k, transpose_b=True)  # [B, heads, Lq, Lk]
+        probs = masked_softmax(tf.cast(scores, tf.float32), expand_attention_mask(attention_mask))
+        probs = self.dropout(tf.cast(probs, v.dtype), training=training)
+        context = tf.matmul(probs, v)  # [B, heads, Lq, head_size]
+        context = tf.transpose(context, [0, 2, 1, 3])
+        shape = tf.shape(inputs)
+        context = tf.reshape(context, [shape[0], shape[1], self.hidden_size])
+        output = self.output_dense(context)
+        return (output, probs) if return_probs else output

@@ -1,0 +1,153 @@
+"""Shared Transformer layers: activations, embeddings, attention, block, encoder (tiny sizes)."""
+import math
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from models.layers.activations import get_activation
+from models.layers.attention import MultiHeadAttention
+from models.layers.embeddings import TransformerEmbeddings
+from models.layers.softmax import masked_softmax
+from models.layers.transformer import TransformerEncoder
+
+TINY = dict(vocab_size=40, hidden_size=16, num_layers=2, num_heads=2, intermediate_size=32,
+            max_position_embeddings=12, type_vocab_size=2)
+
+
+@pytest.fixture
+def bf16_policy():
+    tf.keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    yield
+    tf.keras.mixed_precision.set_global_policy("float32")
+
+
+def _ids(batch=2, length=6, seed=0):
+    rng = np.random.default_rng(seed)
+    return tf.constant(rng.integers(1, TINY["vocab_size"], size=(batch, length)), tf.int32)
+
+
+def test_gelu_variants_match_their_formulas():
+    x = np.array([-3.0, -1.0, 0.0, 0.5, 1.0, 2.5], np.float32)
+    tanh_form = 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
+    erf_form = 0.5 * x * (1 + np.array([math.erf(v / math.sqrt(2)) for v in x]))
+    np.testing.assert_allclose(get_activation("gelu")(x).numpy(), tanh_form, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(get_activation("gelu_exact")(x).numpy(), erf_form, rtol=1e-6, atol=1e-6)
+    # They really are different functions (the original BERT vs ELECTRA distinction).
+    assert abs(get_activation("gelu")(1.0).numpy() - get_activation("gelu_exact")(1.0).numpy()) > 1e-4
+    np.testing.assert_allclose(get_activation("swish")(x).numpy(), x / (1 + np.exp(-x)), rtol=1e-6)
+    np.testing.assert_allclose(get_activation("relu")(x).numpy(), np.maximum(x, 0))
+
+
+@pytest.mark.parametrize("name", ["gelu", "gelu_exact"])
+def test_gelu_hand_written_gradient_matches_autodiff(name):
+    x = tf.constant(np.linspace(-6, 6, 101), tf.float32)
+    if name == "gelu":
+        reference = lambda v: 0.5 * v * (1 + tf.tanh(math.sqrt(2 / math.pi) * (v + 0.044715 * v ** 3)))
+    else:
+        reference = lambda v: 0.5 * v * (1 + tf.math.erf(v / math.sqrt(2)))
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch(x)
+        ours, ref = get_activation(name)(x), reference(x)
+    np.testing.assert_allclose(tape.gradient(ours, x).numpy(), tape.gradient(ref, x).numpy(), atol=1e-6)
+    bf16 = get_activation(name)(tf.cast(x, tf.bfloat16))
+    assert bf16.dtype == tf.bfloat16
+
+
+def test_unknown_activation_lists_known_names():
+    with pytest.raises(ValueError, match="gelu_exact"):
+        get_activation("gelu2")
+
+
+def test_masked_softmax_fully_padded_row_is_zero_not_nan():
+    logits = tf.constant([[1.0, 2.0, 3.0], [1.0, 2.0, 3.0]])
+    mask = tf.constant([[1, 1, 0], [0, 0, 0]])
+    probs = masked_softmax(logits, mask).numpy()
+    assert np.all(np.isfinite(probs))
+    np.testing.assert_allclose(probs[1], 0.0)
+    assert probs[0, 2] == 0.0
+    np.testing.assert_allclose(probs[0].sum(), 1.0, rtol=1e-6)
+
+
+def test_attention_ignores_padded_keys_and_survives_all_padding():
+    layer = MultiHeadAttention(hidden_size=8, num_heads=2, attention_dropout=0.0)
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(2, 5, 8)).astype(np.float32)
+    mask = tf.constant([[1, 1, 1, 0, 0], [0, 0, 0, 0, 0]])
+    out, probs = layer(tf.constant(x), attention_mask=mask, return_probs=True)
+    assert out.shape == (2, 5, 8)
+    assert np.all(probs.numpy()[0, :, :, 3:] == 0.0)
+    assert np.all(np.isfinite(out.numpy()))
+    # A fully padded example attends to nothing: context 0, so the output is the output bias.
+    np.testing.assert_allclose(out.numpy()[1], np.broadcast_to(layer.output_dense.bias.numpy(), (5, 8)))
+    x2 = x.copy()
+    x2[0, 3:] += 5.0  # change the padded keys/values
+    out2 = layer(tf.constant(x2), attention_mask=mask)
+    np.testing.assert_allclose(out2.numpy()[0, :3], out.numpy()[0, :3], rtol=1e-5, atol=1e-6)
+
+
+def test_attention_rejects_bad_head_count():
+    with pytest.raises(ValueError, match="multiple"):
+        MultiHeadAttention(hidden_size=10, num_heads=3)
+
+
+def test_embeddings_shapes_and_length_check():
+    emb = TransformerEmbeddings(vocab_size=40, embedding_size=8, max_position_embeddings=6, dropout_rate=0.0)
+    out = emb(_ids(length=6), tf.ones([2, 6], tf.int32))
+    assert out.shape == (2, 6, 8)
+    # LayerNorm at init (gamma 1, beta 0): each vector is normalised.
+    np.testing.assert_allclose(out.numpy().mean(-1), 0.0, atol=1e-5)
+    with pytest.raises(ValueError, match="max_position_embeddings"):
+        emb(_ids(length=7))
+    assert emb.attend(out).shape == (2, 6, 40)
+
+
+def test_encoder_shapes_all_layers_and_padding_invariance():
+    enc = TransformerEncoder(**TINY, hidden_dropout=0.0, attention_dropout=0.0)
+    ids = _ids()
+    mask = tf.constant([[1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 1]])
+    seg = tf.constant([[0, 0, 1, 1, 0, 0], [0, 0, 0, 1, 1, 1]])
+    out = enc(ids, mask, seg)
+    assert out.shape == (2, 6, 16)
+    layers = enc(ids, mask, seg, output_all_layers=True)
+    assert len(layers) == 2
+    np.testing.assert_allclose(layers[-1].numpy(), out.numpy())
+    perturbed = ids.numpy().copy()
+    perturbed[0, 4:] = [7, 9]  # padded positions get other ids
+    out2 = enc(tf.constant(perturbed), mask, seg)
+    np.testing.assert_allclose(out2.numpy()[0, :4], out.numpy()[0, :4], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(out2.numpy()[1], out.numpy()[1], rtol=1e-5, atol=1e-5)
+
+
+def test_factorised_embeddings_project_and_sharing():
+    """ELECTRA's layout: a generator encoder reads the discriminator's embeddings via its own projection."""
+    disc = TransformerEncoder(**TINY, embedding_size=8, name="discriminator")
+    small = {**TINY, "hidden_size": 4, "intermediate_size": 8, "num_heads": 1}
+    gen = TransformerEncoder(**small, embeddings=disc.embeddings, name="generator")
+    assert disc.embeddings_project is not None and gen.embeddings_project is not None
+    ids = _ids()
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(disc(ids) ** 2) + tf.reduce_sum(gen(ids) ** 2)
+    table = disc.embedding_table
+    grad = tape.gradient(loss, table)
+    assert grad is not None
+    names = gen.tf1_variable_map("generator", embeddings_scope="electra/embeddings")
+    assert "generator/embeddings_project/kernel" in names
+    assert names["electra/embeddings/word_embeddings"] is table
+    assert "electra/embeddings_project/kernel" in disc.tf1_variable_map("electra")
+    assert tuple(names["generator/encoder/layer_1/intermediate/dense/kernel"].shape) == (4, 8)
+    # A model holding both encoders counts the shared table once.
+    holder = tf.keras.Model()
+    holder.disc, holder.gen = disc, gen
+    ids_of_vars = [id(v) for v in holder.trainable_variables]
+    assert len(ids_of_vars) == len(set(ids_of_vars))
+    with pytest.raises(ValueError, match="embedding_size"):
+        TransformerEncoder(**small, embedding_size=5, embeddings=disc.embeddings)
+
+
+def test_encoder_under_bf16_policy_is_finite(bf16_policy):
+    enc = TransformerEncoder(**TINY)
+    out = enc(_ids(), tf.constant([[1, 1, 1, 0, 0, 0], [0, 0, 0, 0, 0, 0]]), training=True)
+    assert out.dtype == tf.bfloat16
+    assert np.all(np.isfinite(tf.cast(out, tf.float32).numpy()))
+    assert all(v.dtype == tf.float32 for v in enc.trainable_variables)
