@@ -1,0 +1,2 @@
+"""Built-in models; importing this package registers them (bert, bert_classifier, electra, xlnet)."""
+from models import bert, xlnet  # noqa: F401
