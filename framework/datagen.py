@@ -9,15 +9,14 @@ after the problem's HParams fields (framework/flags.py).
 """
 from __future__ import annotations
 
-import importlib
 import os
 import sys
 import time
 
-from absl import app, flags, logging
+from absl import app, flags
 
 from framework import flags as problem_flags
-from framework import records, registry
+from framework import registry
 
 FLAGS = flags.FLAGS
 
@@ -32,15 +31,6 @@ flags.DEFINE_integer("num_shards", None, "Train shards (default: the problem's c
 flags.DEFINE_bool("overwrite", False, "Regenerate even complete splits.")
 flags.DEFINE_bool("vocab_only", False, "Only build the vocabulary (run once before multi-task datagen).")
 flags.DEFINE_string("usr_dir", None, "Directory (Python package) of your own problems to import.")
-
-
-def _preload_usr_dir(argv: list[str]) -> None:
-    """Import --usr_dir before flags are parsed, so its problems' settings become flags too."""
-    for i, arg in enumerate(argv):
-        if arg.startswith("--usr_dir="):
-            registry.import_usr_dir(arg.split("=", 1)[1])
-        elif arg == "--usr_dir" and i + 1 < len(argv):
-            registry.import_usr_dir(argv[i + 1])
 
 
 def _summary(problem, data_dir: str, manifests: dict, seconds: float) -> str:
@@ -86,8 +76,8 @@ def main(argv: list[str]) -> None:
 
 def run() -> None:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    importlib.import_module("problems")  # registers the built-in problems
-    _preload_usr_dir(sys.argv)
+    registry.import_builtins()
+    registry.import_usr_dir(registry.usr_dir_from_argv(sys.argv))
     problem_flags.define_problem_flags()
     app.run(main)
 

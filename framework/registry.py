@@ -7,7 +7,7 @@ unknown name lists what is registered and says which import registers the built-
 from __future__ import annotations
 
 import re
-from typing import Callable, TypeVar
+from typing import TypeVar
 
 T = TypeVar("T")
 
@@ -76,6 +76,24 @@ def register_model(obj=None, *, name: str | None = None):
 def problem(name: str, hparams=None):
     """An instance of the registered problem `name`."""
     return problems.get(name)(hparams)
+
+
+def usr_dir_from_argv(argv: list[str]) -> str | None:
+    """The --usr_dir value, read before flags are parsed (its problems' settings become flags)."""
+    for i, arg in enumerate(argv):
+        if arg.startswith("--usr_dir="):
+            return arg.split("=", 1)[1]
+        if arg == "--usr_dir" and i + 1 < len(argv):
+            return argv[i + 1]
+    return None
+
+
+def import_builtins() -> None:
+    """Register the built-in problems and models (their packages import every built-in module)."""
+    import importlib
+
+    importlib.import_module("problems")
+    importlib.import_module("models")
 
 
 def import_usr_dir(path: str | None) -> None:

@@ -9,9 +9,9 @@ Decisions:
   many GPUs; `--strategy=multi_worker` -> MultiWorkerMirroredStrategy from TF_CONFIG. On a machine WITHOUT
   GPUs, `--num_gpus=N>1` splits the CPU into N logical devices and mirrors over them: the multi-replica
   code path runs for real (tests, CI), with no speed-up.
-- Built-ins are registered by importing the `problems` and `models` packages (and their known
-  modules, so a package `__init__` that does not import them all is not a trap); `--usr_dir` is imported
-  before the problem flags are defined so its problems get flags too.
+- Built-ins are registered by importing the `problems` and `models` packages
+  (framework.registry.import_builtins); `--usr_dir` is imported before the problem flags are defined so
+  its problems get flags too.
 - The model is built by the model module's `build_from_flags(FLAGS, manifest)` (docs/CONTRACTS.md). A model
   class may instead define a `build_from_flags` classmethod/staticmethod; that one wins.
 - The problem's settings are those recorded in the train split's manifest, then the flags given on the
@@ -24,7 +24,6 @@ Decisions:
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import json
 import logging
 import os
@@ -35,30 +34,7 @@ from absl import app, flags
 
 FLAGS = flags.FLAGS
 
-_BUILTIN_MODULES = ("problems", "problems.bert_pretrain", "problems.electra_pretrain", "problems.xlnet_pretrain",
-                    "problems.classification", "problems.squad", "problems.translate",
-                    "models", "models.bert", "models.electra", "models.xlnet", "models.transformer")
 REQUIRED = ("problem", "data_dir", "model", "model_dir")
-
-
-def import_builtins() -> None:
-    """Register the built-in problems and models (modules not written yet are skipped)."""
-    for name in _BUILTIN_MODULES:
-        try:
-            importlib.import_module(name)
-        except ModuleNotFoundError as e:
-            if e.name != name:  # a module that exists but fails to import is a real error
-                raise
-
-
-def _usr_dir_from_argv(argv: list[str]) -> str | None:
-    """--usr_dir must be imported before flags are parsed (its problems define flags)."""
-    for i, arg in enumerate(argv):
-        if arg.startswith("--usr_dir="):
-            return arg.split("=", 1)[1]
-        if arg == "--usr_dir" and i + 1 < len(argv):
-            return argv[i + 1]
-    return None
 
 
 def split_cpu_for_replicas(num_gpus: int) -> None:
@@ -186,8 +162,8 @@ def define_all_flags(argv: list[str]) -> None:
     from framework.flags import define_problem_flags
     from trainers.flags import define_trainer_flags
 
-    import_builtins()
-    registry.import_usr_dir(_usr_dir_from_argv(argv))
+    registry.import_builtins()
+    registry.import_usr_dir(registry.usr_dir_from_argv(argv))
     define_trainer_flags()
     define_problem_flags()
 
