@@ -136,6 +136,11 @@ _ELECTRA_FLAGS = [  # google-research/electra configure_pretraining.py
     ("float", "disc_weight", None, "Discriminator loss weight (original 50.0)."),
     ("float", "generator_hidden_size", None, "Generator width as a fraction of the discriminator's (original 0.25)."),
     ("float", "temperature", None, "Gumbel sampling temperature (original 1.0)."),
+    ("bool", "disallow_correct", None, "Never sample the original token (original False)."),
+    ("float", "generator_layers", None, "Generator depth as a fraction of the discriminator's (original 1.0)."),
+    ("integer", "embedding_size", None, "Embedding width; projected when it differs from the hidden size."),
+    ("bool", "untied_generator_embeddings", None, "Separate generator embeddings (original: tied)."),
+    ("string", "electra_config_file", None, "ELECTRA discriminator config JSON (BERT format)."),
 ]
 
 ALL_FLAG_GROUPS = (_RUN_FLAGS, _BERT_RUN_FLAGS, _TPU_FLAGS, _OPTIMIZER_FLAGS, _LOOP_FLAGS, _XLNET_FLAGS,

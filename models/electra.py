@@ -1,0 +1,488 @@
+"""ELECTRA (Clark et al., 2020): a small masked-LM generator and a replaced-token-detection discriminator.
+
+Facts kept from google-research/electra (`run_pretraining.py`, `pretrain/pretrain_helpers.py`,
+`configure_pretraining.py`, `util/training_utils.py`, `model/modeling.py`):
+- Sizes: small = hidden 256, 12 layers, embedding_size 128; base = 768/12; large = 1024/24 (embedding = hidden);
+  heads = hidden // 64, FFN = 4 * hidden. The generator has `round(hidden * generator_hidden_size)` units
+  (fraction 0.25 for small and large, 1/3 for base), `round(layers * generator_layers)` layers, FFN 4x, heads
+  max(1, hidden // 64). Large masks 25 % of the tokens, the others 15 %.
+- "gelu" is the exact erf form in ELECTRA (the tanh form in BERT); LayerNorm epsilon 1e-12; dropout 0.1.
+- Word/position/type embeddings (and their LayerNorm) are SHARED: both networks read `electra/embeddings/*`; each
+  network projects them to its own width with its own `{scope}/embeddings_project` when the widths differ. With
+  `untied_generator_embeddings` the generator has its own `generator/embeddings/*` at its own width.
+- Dynamic masking, per step, in the graph: `N = int((mask_prob + 0.005) * seq_len)` prediction slots; each example
+  predicts `max(1, min(N, round(num_real_tokens * mask_prob)))` positions drawn from its real tokens other than
+  [CLS]/[SEP]/[MASK]/[PAD]; a chosen position shows [MASK] to the generator with probability 0.85 and its own token
+  otherwise (no random-token replacement). Unused slots have position 0 and weight 0.
+- Generator head: dense(embedding width, gelu) + LayerNorm, logits tied to the word embeddings, plus output_bias.
+  Samples: Gumbel-max over `logits / temperature` (with `disallow_correct`, the true token's logit is lowered by
+  1000 first); no gradient reaches the generator through them. The discriminator reads the original ids with the
+  samples written at the chosen positions; a token is "replaced" when it differs from the original (a sample equal
+  to the original counts as real).
+- Discriminator head: dense(hidden, gelu) then dense(1); sigmoid cross-entropy over real (non-pad) tokens.
+  Loss = gen_weight (1) x MLM + disc_weight (50) x discriminator.
+- Variable names of the released checkpoints (`tf1_variable_map`): electra/embeddings/*,
+  electra/embeddings_project/*, electra/encoder/layer_N/*, generator/embeddings_project/*,
+  generator/encoder/layer_N/*, generator_predictions/{dense,LayerNorm,output_bias},
+  discriminator_predictions/{dense,dense_1}.
+
+Decisions that differ from the original, on purpose:
+- Positions are drawn WITHOUT replacement (Gumbel top-k over the candidates). The original draws N times with
+  replacement (`tf.random.categorical`), so a few positions repeat: the example then has fewer distinct masked tokens
+  than intended and the repeated targets count twice in the MLM loss. An example with fewer candidates than its
+  quota masks them all (the original would divide by zero on an example with none).
+- Losses and metrics are sums and counts (`models.base.Term`), divided after the all-reduce, so N replicas equal one.
+- The AUC the original reports in eval is computed by `evaluate()` over an eval set (a streaming Keras AUC with the
+  real tokens as sample weights; the original fed padding into it as label 0 / prob 0), not in the train step.
+- The special ids come from the data's manifest (`settings.special_ids`, written by problems/electra_pretrain.py):
+  a vocab built by this framework has [PAD] [UNK] [CLS] [SEP] [MASK] at 0-4, Google's at 0/100/101/102/103.
+- Only the default generator is implemented (a separate, smaller network: the original's `untied_generator=True`);
+  the original's experimental `uniform_generator` and `electra_objective=False` (BERT) modes are not.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from typing import Any, Iterable, NamedTuple
+
+import tensorflow as tf
+
+from framework.registry import register_model
+from models.base import StepOutput, Term, TrainableModel
+from models.bert import BertConfig, MaskedLMHead, backend_variables, check_data_fits, encoder_from_config
+from models.checkpoints import load_tf1_checkpoint
+from models.layers.activations import get_activation
+from models.layers.embeddings import TransformerEmbeddings, truncated_normal
+from models.layers.transformer import dense_variable_map, layer_norm_variable_map
+
+logger = logging.getLogger(__name__)
+
+# configure_pretraining.py / training_utils.get_bert_config and the paper's Table 6.
+SIZES: dict[str, dict[str, Any]] = {
+    "small": dict(hidden_size=256, num_hidden_layers=12, embedding_size=128, generator_hidden_size=0.25,
+                  mask_prob=0.15),
+    "base": dict(hidden_size=768, num_hidden_layers=12, embedding_size=768, generator_hidden_size=1 / 3,
+                 mask_prob=0.15),
+    "large": dict(hidden_size=1024, num_hidden_layers=24, embedding_size=1024, generator_hidden_size=0.25,
+                  mask_prob=0.25),
+}
+# The ids of bert/electra's released uncased vocab.txt; used only when the data's manifest does not say.
+GOOGLE_VOCAB_SPECIAL_IDS = {"[PAD]": 0, "[CLS]": 101, "[SEP]": 102, "[MASK]": 103}
+MASK_TOKEN_PROB = 0.85  # a chosen position shows [MASK]; otherwise it keeps its token
+DISALLOW_PENALTY = 1000.0
+
+
+# =============================================================================================== #
+# Configuration
+# =============================================================================================== #
+@dataclasses.dataclass
+class ElectraConfig:
+    """The discriminator's transformer (BertConfig fields) plus the generator's relative size."""
+
+    vocab_size: int
+    hidden_size: int = 256
+    num_hidden_layers: int = 12
+    num_attention_heads: int = 4
+    intermediate_size: int = 1024
+    hidden_act: str = "gelu_exact"
+    hidden_dropout_prob: float = 0.1
+    attention_probs_dropout_prob: float = 0.1
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    initializer_range: float = 0.02
+    embedding_size: int | None = 128
+    generator_hidden_size: float = 0.25  # fraction of hidden_size
+    generator_layers: float = 1.0  # fraction of num_hidden_layers
+    untied_generator_embeddings: bool = False
+
+    def __post_init__(self) -> None:
+        if not 0 < self.generator_hidden_size <= 1 or not 0 < self.generator_layers <= 1:
+            raise ValueError(f"generator_hidden_size ({self.generator_hidden_size}) and generator_layers "
+                             f"({self.generator_layers}) are fractions of the discriminator's, in (0, 1]")
+        self.discriminator_config()  # validates the transformer fields
+        self.generator_config()
+
+    @classmethod
+    def preset(cls, size: str, vocab_size: int = 30522, **overrides: Any) -> "ElectraConfig":
+        """The released sizes: `small`, `base`, `large`."""
+        if size not in SIZES:
+            raise ValueError(f"unknown ELECTRA size {size!r}; known: {', '.join(SIZES)}")
+        values = {k: v for k, v in SIZES[size].items() if k != "mask_prob"}
+        hidden = values["hidden_size"]
+        values.update(num_attention_heads=max(1, hidden // 64), intermediate_size=4 * hidden)
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(vocab_size=vocab_size, **values)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any], source: str = "config dict") -> "ElectraConfig":
+        """From an ELECTRA/BERT-style json dict; "gelu" means the erf form there (ELECTRA's modeling.py)."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        ignored = sorted(set(values) - known)
+        if ignored:
+            logger.info("%s: ignoring keys ElectraConfig does not use: %s", source, ", ".join(ignored))
+        if "vocab_size" not in values:
+            raise ValueError(f"{source}: vocab_size is required")
+        kwargs = {k: v for k, v in values.items() if k in known}
+        if kwargs.get("hidden_act") == "gelu":
+            kwargs["hidden_act"] = "gelu_exact"
+        kwargs.setdefault("embedding_size", None)
+        try:
+            return cls(**kwargs)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"{source}: {e}") from None
+
+    @classmethod
+    def from_json_file(cls, path: str) -> "ElectraConfig":
+        with tf.io.gfile.GFile(path, "r") as f:
+            text = f.read()
+        try:
+            values = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}:{e.lineno}: not valid JSON: {e.msg}") from e
+        return cls.from_dict(values, source=path)
+
+    @property
+    def embedding_width(self) -> int:
+        return self.embedding_size or self.hidden_size
+
+    def _bert(self, **changes: Any) -> BertConfig:
+        fields = {f.name for f in dataclasses.fields(BertConfig)}
+        values = {k: v for k, v in dataclasses.asdict(self).items() if k in fields}
+        values.update(changes)
+        return BertConfig(**values)
+
+    def discriminator_config(self) -> BertConfig:
+        return self._bert(embedding_size=self.embedding_width)
+
+    def generator_config(self) -> BertConfig:
+        """run_pretraining.get_generator_config: a narrower (and optionally shallower) transformer."""
+        hidden = int(round(self.hidden_size * self.generator_hidden_size))
+        return self._bert(
+            hidden_size=hidden, num_hidden_layers=max(1, int(round(self.num_hidden_layers * self.generator_layers))),
+            intermediate_size=4 * hidden, num_attention_heads=max(1, hidden // 64),
+            embedding_size=None if self.untied_generator_embeddings else self.embedding_width)
+
+
+@dataclasses.dataclass
+class ElectraObjective:
+    """The pretraining task's knobs (configure_pretraining.py defaults)."""
+
+    mask_prob: float = 0.15
+    gen_weight: float = 1.0
+    disc_weight: float = 50.0
+    temperature: float = 1.0
+    disallow_correct: bool = False
+
+    def __post_init__(self) -> None:
+        if not 0 < self.mask_prob < 1:
+            raise ValueError(f"--mask_prob must be in (0, 1), got {self.mask_prob}")
+        if self.temperature <= 0:
+            raise ValueError(f"--temperature must be > 0, got {self.temperature}")
+        if self.gen_weight < 0 or self.disc_weight < 0:
+            raise ValueError(f"--gen_weight ({self.gen_weight}) and --disc_weight ({self.disc_weight}) must be >= 0")
+
+    def max_predictions(self, seq_length: int) -> int:
+        """configure_pretraining's max_predictions_per_seq."""
+        return int((self.mask_prob + 0.005) * seq_length)
+
+
+# =============================================================================================== #
+# Masking and sampling (pure tensor functions)
+# =============================================================================================== #
+class MaskedInputs(NamedTuple):
+    input_ids: tf.Tensor  # [B, L] int32, what the generator reads
+    positions: tf.Tensor  # [B, N] int32, 0 in unused slots
+    label_ids: tf.Tensor  # [B, N] int32 original ids, 0 in unused slots
+    weights: tf.Tensor  # [B, N] float32, 1 for used slots
+
+
+def _uniform(shape, rng: tf.random.Generator | None) -> tf.Tensor:
+    if rng is not None:
+        return rng.uniform(shape, dtype=tf.float32)
+    return tf.random.uniform(shape, dtype=tf.float32)
+
+
+def _gumbel(shape, rng: tf.random.Generator | None) -> tf.Tensor:
+    u = _uniform(shape, rng)
+    return -tf.math.log(-tf.math.log(u + 1e-9) + 1e-9)
+
+
+def scatter_positions(values: tf.Tensor, positions: tf.Tensor, weights: tf.Tensor, length: int
+                      ) -> tuple[tf.Tensor, tf.Tensor]:
+    """`[B, N]` values at distinct `positions` -> (`[B, L]` values, `[B, L]` bool hit mask); weight-0 slots ignored."""
+    hits = tf.one_hot(positions, length, dtype=tf.int32) * tf.cast(weights, tf.int32)[..., tf.newaxis]
+    placed = tf.reduce_sum(hits * tf.cast(values, tf.int32)[..., tf.newaxis], axis=1)
+    return placed, tf.reduce_max(hits, axis=1) > 0
+
+
+def mask_tokens(input_ids: tf.Tensor, input_mask: tf.Tensor, *, num_predictions: int, mask_prob: float,
+                mask_id: int, ignore_ids: Iterable[int], rng: tf.random.Generator | None = None) -> MaskedInputs:
+    """ELECTRA's dynamic masking (see the module docstring), positions drawn without replacement."""
+    input_ids = tf.cast(input_ids, tf.int32)
+    length = input_ids.shape[1]
+    if length is None:
+        raise ValueError("mask_tokens needs a static sequence length (fixed-length batches)")
+    if not 0 < num_predictions <= length:
+        raise ValueError(f"num_predictions must be in [1, {length}], got {num_predictions} "
+                         f"(mask_prob too small for the sequence length?)")
+    real = tf.cast(input_mask, tf.bool)
+    candidates = real
+    for token_id in ignore_ids:
+        candidates &= tf.not_equal(input_ids, token_id)
+    num_real = tf.reduce_sum(tf.cast(real, tf.float32), axis=-1)
+    quota = tf.clip_by_value(tf.cast(tf.round(num_real * mask_prob), tf.int32), 1, num_predictions)
+    quota = tf.minimum(quota, tf.reduce_sum(tf.cast(candidates, tf.int32), axis=-1))
+    batch = tf.shape(input_ids)[0]
+    scores = tf.where(candidates, _gumbel([batch, length], rng), tf.constant(-1e9, tf.float32))
+    _, positions = tf.math.top_k(scores, k=num_predictions)  # candidates first, in random order
+    used = tf.sequence_mask(quota, num_predictions)
+    positions = tf.where(used, positions, 0)
+    weights = tf.cast(used, tf.float32)
+    label_ids = tf.where(used, tf.gather(input_ids, positions, batch_dims=1), 0)
+    show_mask = used & (_uniform([batch, num_predictions], rng) < MASK_TOKEN_PROB)
+    _, to_mask = scatter_positions(tf.zeros_like(positions), positions, tf.cast(show_mask, tf.float32), length)
+    masked_ids = tf.where(to_mask, tf.constant(mask_id, tf.int32), input_ids)
+    return MaskedInputs(tf.stop_gradient(masked_ids), positions, label_ids, weights)
+
+
+def sample_tokens(logits: tf.Tensor, temperature: float = 1.0, disallow_ids: tf.Tensor | None = None,
+                  rng: tf.random.Generator | None = None) -> tf.Tensor:
+    """Gumbel-max samples `[B, N]` from softmax(logits / temperature); `disallow_ids` get their logit lowered."""
+    logits = tf.cast(logits, tf.float32) / temperature
+    if disallow_ids is not None:
+        logits -= DISALLOW_PENALTY * tf.one_hot(disallow_ids, tf.shape(logits)[-1], dtype=tf.float32)
+    noisy = logits + _gumbel(tf.shape(logits), rng)
+    return tf.stop_gradient(tf.argmax(noisy, axis=-1, output_type=tf.int32))
+
+
+def replace_tokens(input_ids: tf.Tensor, masked: MaskedInputs, sampled: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """(the discriminator's ids: originals with the samples at the chosen positions, labels 1 = replaced)."""
+    input_ids = tf.cast(input_ids, tf.int32)
+    placed, hit = scatter_positions(sampled, masked.positions, masked.weights, input_ids.shape[1])
+    fake_ids = tf.where(hit, placed, input_ids)
+    labels = tf.cast(hit & tf.not_equal(fake_ids, input_ids), tf.int32)
+    return tf.stop_gradient(fake_ids), labels
+
+
+# =============================================================================================== #
+# The model
+# =============================================================================================== #
+class DiscriminatorHead(tf.keras.layers.Layer):
+    """dense(hidden, act) -> dense(1): one float32 logit per token."""
+
+    def __init__(self, hidden_size: int, hidden_act: str, initializer_range: float,
+                 name: str = "discriminator_predictions", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.dense = tf.keras.layers.Dense(hidden_size, activation=get_activation(hidden_act),
+                                           kernel_initializer=truncated_normal(initializer_range), name="dense")
+        # The original's dense_1 has tf.layers' default (Glorot uniform) initialiser.
+        self.dense_1 = tf.keras.layers.Dense(1, name="dense_1")
+
+    def call(self, sequence_output: tf.Tensor) -> tf.Tensor:
+        return tf.cast(tf.squeeze(self.dense_1(self.dense(sequence_output)), -1), tf.float32)
+
+    def tf1_variable_map(self, scope: str = "discriminator_predictions") -> dict[str, tf.Variable]:
+        names = dense_variable_map(f"{scope}/dense", self.dense)
+        names.update(dense_variable_map(f"{scope}/dense_1", self.dense_1))
+        return names
+
+
+@register_model(name="electra")
+class ElectraPretrainer(TrainableModel):
+    """Generator + discriminator trained with replaced token detection.
+
+    Features: `input_ids`, `input_mask`, `segment_ids` `[B, L]` (problems/electra_pretrain.py records).
+    """
+
+    def __init__(self, config: ElectraConfig, objective: ElectraObjective | None = None,
+                 special_ids: dict[str, int] | None = None, name: str = "electra_pretrainer", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.config = config
+        self.objective = objective or ElectraObjective()
+        special_ids = dict(special_ids or GOOGLE_VOCAB_SPECIAL_IDS)
+        missing = [t for t in GOOGLE_VOCAB_SPECIAL_IDS if t not in special_ids]
+        if missing:
+            raise ValueError(f"special_ids lacks {', '.join(missing)}")
+        self.special_ids = special_ids
+        disc_config, gen_config = config.discriminator_config(), config.generator_config()
+        self.discriminator = encoder_from_config(disc_config, name="discriminator")
+        shared = None if config.untied_generator_embeddings else self.discriminator.embeddings
+        self.generator = encoder_from_config(gen_config, embeddings=shared, name="generator")
+        self.generator_head = MaskedLMHead(self.generator.embeddings, gen_config.hidden_act,
+                                           gen_config.initializer_range, name="generator_predictions")
+        self.discriminator_head = DiscriminatorHead(disc_config.hidden_size, disc_config.hidden_act,
+                                                    disc_config.initializer_range)
+        self._build_variables()
+
+    @property
+    def embeddings(self) -> TransformerEmbeddings:
+        return self.discriminator.embeddings
+
+    def _build_variables(self) -> None:
+        """Create every variable now (a tiny forward pass), so maps, optimizers and restores work at once."""
+        ids = tf.zeros([1, 2], tf.int32)
+        ones = tf.ones([1, 2], tf.int32)
+        self.discriminator_head(self.discriminator(ids, ones, ids))  # first: the shared embeddings live here
+        self.generator_head(self.generator(ids, ones, ids), tf.zeros([1, 1], tf.int32))
+
+    # ------------------------------------------------------------------ forward
+    def generator_logits(self, input_ids, input_mask, segment_ids, positions, training: bool = False) -> tf.Tensor:
+        """float32 `[B, N, vocab]` MLM logits at `positions`."""
+        hidden = self.generator(input_ids, input_mask, segment_ids, training=training)
+        return self.generator_head(hidden, positions)
+
+    def discriminator_logits(self, input_ids, input_mask, segment_ids, training: bool = False) -> tf.Tensor:
+        """float32 `[B, L]` replaced-token logits."""
+        return self.discriminator_head(self.discriminator(input_ids, input_mask, segment_ids, training=training))
+
+    def call(self, features: dict[str, tf.Tensor], training: bool = False,
+             rng: tf.random.Generator | None = None) -> dict[str, tf.Tensor]:
+        """Mask, run the generator, sample, run the discriminator. Returns every intermediate."""
+        input_ids = tf.cast(features["input_ids"], tf.int32)
+        input_mask = tf.cast(features["input_mask"], tf.int32)
+        segment_ids = tf.cast(features["segment_ids"], tf.int32)
+        obj, ids = self.objective, self.special_ids
+        masked = mask_tokens(input_ids, input_mask, num_predictions=obj.max_predictions(input_ids.shape[1]),
+                             mask_prob=obj.mask_prob, mask_id=ids["[MASK]"],
+                             ignore_ids=[ids[t] for t in ("[PAD]", "[CLS]", "[SEP]", "[MASK]")], rng=rng)
+        mlm_logits = self.generator_logits(masked.input_ids, input_mask, segment_ids, masked.positions, training)
+        sampled = sample_tokens(mlm_logits, obj.temperature,
+                                masked.label_ids if obj.disallow_correct else None, rng)
+        fake_ids, labels = replace_tokens(input_ids, masked, sampled)
+        disc_logits = self.discriminator_logits(fake_ids, input_mask, segment_ids, training)
+        return {"masked": masked, "mlm_logits": mlm_logits, "sampled_ids": sampled, "fake_ids": fake_ids,
+                "disc_labels": labels, "disc_logits": disc_logits, "input_mask": input_mask}
+
+    def step_output(self, features: dict[str, tf.Tensor], state: Any, training: bool) -> StepOutput:
+        out = self(features, training=training)
+        losses, metrics = electra_terms(out, self.objective)
+        return StepOutput(losses=losses, metrics=metrics, state=state if state is not None else {})
+
+    # ------------------------------------------------------------------ original checkpoints
+    def tf1_variable_map(self) -> dict[str, tf.Variable]:
+        names = self.discriminator.tf1_variable_map("electra")
+        names.update(self.generator.tf1_variable_map(
+            "generator", include_embeddings=self.config.untied_generator_embeddings))
+        head = self.generator_head
+        names.update(dense_variable_map("generator_predictions/dense", head.dense))
+        names.update(layer_norm_variable_map("generator_predictions/LayerNorm", head.layer_norm))
+        names["generator_predictions/output_bias"] = head.output_bias
+        names.update(self.discriminator_head.tf1_variable_map())
+        return names
+
+    def load_tf1_checkpoint(self, path: str) -> list[str]:
+        """Import an original ELECTRA pretraining checkpoint (generator and discriminator)."""
+        return load_tf1_checkpoint(path, backend_variables(self.tf1_variable_map()))
+
+
+def electra_terms(out: dict[str, Any], objective: ElectraObjective) -> tuple[dict[str, Term], dict[str, Term]]:
+    """(losses, metrics) as sums and counts: the original's loss and its eval metrics except AUC."""
+    masked: MaskedInputs = out["masked"]
+    weights = masked.weights
+    count = tf.reduce_sum(weights)
+    ce = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=masked.label_ids, logits=out["mlm_logits"])
+    predicted = tf.argmax(out["mlm_logits"], axis=-1, output_type=tf.int32)
+
+    real = tf.cast(out["input_mask"], tf.float32)
+    labels = out["disc_labels"]
+    logits = out["disc_logits"]
+    bce = tf.nn.sigmoid_cross_entropy_with_logits(labels=tf.cast(labels, tf.float32), logits=logits)
+    preds = tf.cast(logits > 0, tf.int32)
+    right = tf.cast(tf.equal(preds, labels), tf.float32) * real
+    predicted_fake = tf.cast(preds, tf.float32) * real
+    actual_fake = tf.cast(labels, tf.float32) * real
+
+    def weighted_hits(a: tf.Tensor, b: tf.Tensor) -> tf.Tensor:
+        return tf.reduce_sum(tf.cast(tf.equal(a, b), tf.float32) * weights)
+
+    losses = {
+        "mlm": Term(tf.reduce_sum(ce * weights), count, float(objective.gen_weight)),
+        "disc": Term(tf.reduce_sum(bce * real), tf.reduce_sum(real), float(objective.disc_weight)),
+    }
+    metrics = {
+        "mlm_accuracy": Term(weighted_hits(predicted, masked.label_ids), count),
+        "sampled_accuracy": Term(weighted_hits(out["sampled_ids"], masked.label_ids), count),
+        "disc_accuracy": Term(tf.reduce_sum(right), tf.reduce_sum(real)),
+        "disc_precision": Term(tf.reduce_sum(right * predicted_fake), tf.reduce_sum(predicted_fake)),
+        "disc_recall": Term(tf.reduce_sum(right * actual_fake), tf.reduce_sum(actual_fake)),
+        "replaced_fraction": Term(tf.reduce_sum(actual_fake), tf.reduce_sum(real)),
+    }
+    return losses, metrics
+
+
+def evaluate(model: ElectraPretrainer, dataset: tf.data.Dataset, num_batches: int | None = None,
+             seed: int = 0) -> dict[str, float]:
+    """Eval-set means of the losses and metrics, plus the discriminator's AUC over real tokens.
+
+    Masking and sampling use a `tf.random.Generator` from `seed`, so two evaluations of one model agree.
+    """
+    rng = tf.random.Generator.from_seed(seed)
+    auc = tf.keras.metrics.AUC(num_thresholds=200)
+    sums: dict[str, list[float]] = {}
+
+    @tf.function
+    def run(features):
+        out = model(features, training=False, rng=rng)
+        losses, metrics = electra_terms(out, model.objective)
+        return out, {**{f"{k}_loss": v for k, v in losses.items()}, **metrics}
+
+    for i, features in enumerate(dataset):
+        if num_batches is not None and i >= num_batches:
+            break
+        out, terms = run(features)
+        auc.update_state(out["disc_labels"], tf.sigmoid(out["disc_logits"]),
+                         sample_weight=tf.cast(out["input_mask"], tf.float32))
+        for k, t in terms.items():
+            total, count = sums.setdefault(k, [0.0, 0.0])
+            sums[k] = [total + float(t.total), count + float(t.count)]
+    result = {k: (total / count if count else float("nan")) for k, (total, count) in sums.items()}
+    result["disc_auc"] = float(auc.result())
+    return result
+
+
+# =============================================================================================== #
+# Building from the trainers' flags
+# =============================================================================================== #
+def _flag(flags: Any, name: str, default: Any = None) -> Any:
+    """A flag's value, or `default` when the flag is not defined or is None."""
+    value = getattr(flags, name, None)
+    return default if value is None else value
+
+
+def objective_from_flags(flags: Any, size: str) -> ElectraObjective:
+    return ElectraObjective(
+        mask_prob=float(_flag(flags, "mask_prob", SIZES.get(size, SIZES["small"])["mask_prob"])),
+        gen_weight=float(_flag(flags, "gen_weight", 1.0)),
+        disc_weight=float(_flag(flags, "disc_weight", 50.0)),
+        temperature=float(_flag(flags, "temperature", 1.0)),
+        disallow_correct=bool(_flag(flags, "disallow_correct", False)))
+
+
+def config_from_flags(flags: Any, manifest: dict | None) -> tuple[ElectraConfig, str]:
+    """(config, where it came from): `--electra_config_file`/`--bert_config_file` if set, else the
+    `--model_size` preset (default small) with the data's vocab size and any generator overrides."""
+    settings = (manifest or {}).get("settings") or {}
+    overrides = {k: _flag(flags, k) for k in ("generator_hidden_size", "generator_layers", "embedding_size",
+                                              "untied_generator_embeddings")}
+    config_file = _flag(flags, "electra_config_file") or _flag(flags, "bert_config_file")
+    if config_file:
+        config = ElectraConfig.from_json_file(config_file)
+        config = dataclasses.replace(config, **{k: v for k, v in overrides.items() if v is not None})
+        return config, f"config file {config_file}"
+    size = _flag(flags, "model_size", "small")
+    vocab_size = int(settings.get("vocab_size") or _flag(flags, "vocab_size", 30522))
+    return ElectraConfig.preset(size, vocab_size=vocab_size, **overrides), \
+        f"--model_size={size} (vocab_size {vocab_size})"
+
+
+def build_from_flags(flags: Any, manifest: dict | None) -> ElectraPretrainer:
+    """The `electra` model the trainers build by name (see docs/CONTRACTS.md)."""
+    config, source = config_from_flags(flags, manifest)
+    check_data_fits(config.discriminator_config(), manifest, source)
+    special_ids = ((manifest or {}).get("settings") or {}).get("special_ids")
+    if not special_ids:
+        logger.warning("the data manifest has no special_ids; assuming Google's vocab ids %s",
+                       GOOGLE_VOCAB_SPECIAL_IDS)
+    size = _flag(flags, "model_size", "small")
+    return ElectraPretrainer(config, objective_from_flags(flags, size), special_ids)

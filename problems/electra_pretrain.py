@@ -1,0 +1,386 @@
+"""ELECTRA pretraining data: google-research/electra `build_pretraining_dataset.py`, deterministic and parallel.
+
+Each example is `[CLS] A [SEP] (B [SEP])` padded to `max_seq_length`, written as the original's three int64
+features `input_ids`, `input_mask`, `segment_ids` (so the original `pretrain_data.py` reads our records). Masking is
+NOT done here: ELECTRA masks dynamically in the graph (models/electra.py).
+
+Semantics kept from the original `ExampleBuilder` (facts, re-implemented):
+- Sentences (lines) of one document are accumulated until their token count reaches the target length, then one
+  example is made from everything accumulated; the end of a document (a blank line when `blanks_separate_docs`, and
+  always the end of a file) flushes what is left as a (shorter) example. Examples never cross documents.
+- Target length: `max_seq_length`; after each example, with probability 0.05 the NEXT target is
+  `randint(5, max_seq_length)` instead.
+- With probability 0.1 an example has one segment only; otherwise the first segment aims at
+  `(target - 3) // 2` tokens: a sentence joins A when A is empty or stays under that aim, or -- only while B is empty
+  and A is still under the aim -- with probability 0.5 when it would put A over it; everything after goes to B.
+- A is cut to `max_seq_length - 2` tokens, B to what is left after `[CLS] A [SEP]` and its own `[SEP]`; an empty B
+  gives a single-segment example. The text that overflows is dropped (~17 % of the tokens on Jane Austen's novels,
+  DESIGN.md §7) -- the documented option `carry_overflow=True` instead carries it into the next example of the same
+  document (cut at the example's content capacity `target - 3`; the carried part may start mid-word, as the
+  original's cut does).
+- `blanks_separate_docs=False` (one-sentence-per-line corpora without document breaks, e.g. OpenWebText): blank lines
+  are skipped and a document is a whole file. This is a real bool here: the original's `type=bool` argparse flag
+  turned "False" into True (google-research/electra#84).
+
+Decisions that differ from the original, on purpose:
+- Determinism and parallelism: the original shuffles its file list with an unseeded `random` and parallelises per
+  input file only. Here documents go round-robin to the split's shards (document i -> shard i % num_shards); each
+  shard runs its own builder seeded by `framework.problem.shard_rng(seed, split, shard)`. The same seed and corpus
+  give byte-identical shards whatever the number of workers.
+- Splits: with `dev_fraction` f > 0, exactly floor(N f) documents, spread evenly, form the dev split (bert_pretrain's
+  rule); the original has no held-out split, and f = 0 (the default) makes none.
+- `strip_accents=False` with lower-casing needs an encoder option framework.text_encoders does not offer (it always
+  strips when lower-casing, as BERT does); that combination is refused up front rather than silently ignored.
+- The manifest records the vocab's real size, its sha256, and the ids of [PAD] [CLS] [SEP] [MASK]: the model masks
+  in the graph and reads them from there (a vocab built here has them at 0-4, Google's at 0/101/102/103).
+- Speed: the Python builder only moves lists of ids (millions of tokens/s); the time goes to WordPiece, which runs
+  per document through the encoder's batch path.
+"""
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import os
+import random
+from typing import Any, Iterable, Iterator, Sequence
+
+import tensorflow as tf
+from absl import logging
+
+from framework import corpus, text_encoders
+from framework.problem import DatasetSplit, Problem, shard_rng
+from framework.registry import register_problem
+
+# Probabilities and constants of the original builder (build_pretraining_dataset.py).
+SINGLE_SEGMENT_PROB = 0.1
+RANDOM_TARGET_PROB = 0.05
+MIN_RANDOM_TARGET = 5
+OVER_AIM_JOIN_PROB = 0.5
+_NO_SECOND_SEGMENT = 100_000  # "first segment target" that makes every sentence join A
+
+
+@dataclasses.dataclass
+class BuilderStats:
+    """Token accounting of one builder: what came in, what landed in examples (the rest was dropped)."""
+
+    examples: int = 0
+    tokens_in: int = 0
+    tokens_kept: int = 0
+    single_segment: int = 0
+
+    @property
+    def dropped_fraction(self) -> float:
+        return 0.0 if not self.tokens_in else 1.0 - self.tokens_kept / self.tokens_in
+
+
+def make_features(first: Sequence[int], second: Sequence[int], max_length: int, cls_id: int,
+                  sep_id: int) -> dict[str, list[int]]:
+    """`[CLS] first [SEP] (second [SEP])` with input mask and segment ids, zero-padded to `max_length`."""
+    input_ids = [cls_id, *first, sep_id]
+    segment_ids = [0] * len(input_ids)
+    if second:
+        input_ids += [*second, sep_id]
+        segment_ids += [1] * (len(second) + 1)
+    if len(input_ids) > max_length:
+        raise ValueError(f"example of {len(input_ids)} tokens exceeds max_seq_length={max_length}")
+    pad = max_length - len(input_ids)
+    return {"input_ids": input_ids + [0] * pad,
+            "input_mask": [1] * len(input_ids) + [0] * pad,
+            "segment_ids": segment_ids + [0] * pad}
+
+
+def split_segments(sentences: Sequence[Sequence[int]], target_length: int, max_length: int,
+                   rng: random.Random) -> tuple[list[int], list[int]]:
+    """The original's choice of segments A and B from the accumulated sentences, cut to fit `max_length`."""
+    if rng.random() < SINGLE_SEGMENT_PROB:
+        aim = _NO_SECOND_SEGMENT
+    else:
+        aim = (target_length - 3) // 2  # 3 = [CLS] and two [SEP] not yet in the text
+    first: list[int] = []
+    second: list[int] = []
+    for sentence in sentences:
+        # Same order of tests as the original, so the rng is consumed under the same conditions.
+        if (not first or len(first) + len(sentence) < aim
+                or (not second and len(first) < aim and rng.random() < OVER_AIM_JOIN_PROB)):
+            first.extend(sentence)
+        else:
+            second.extend(sentence)
+    first = first[:max_length - 2]
+    second = second[:max(0, max_length - len(first) - 3)]
+    return first, second
+
+
+class ExampleBuilder:
+    """Turns a stream of tokenised sentences, document by document, into ELECTRA examples.
+
+    `add_sentence` and `end_document` return the examples they complete (a list: with `carry_overflow` one long
+    sentence can complete several).
+    """
+
+    def __init__(self, max_length: int, cls_id: int, sep_id: int, rng: random.Random,
+                 carry_overflow: bool = False):
+        if max_length < MIN_RANDOM_TARGET:
+            raise ValueError(f"max_seq_length must be at least {MIN_RANDOM_TARGET}, got {max_length}")
+        self.max_length = max_length
+        self.cls_id = cls_id
+        self.sep_id = sep_id
+        self.rng = rng
+        self.carry_overflow = carry_overflow
+        self.stats = BuilderStats()
+        self._sentences: list[list[int]] = []
+        self._length = 0
+        self._target = max_length
+
+    def add_sentence(self, token_ids: Sequence[int]) -> list[dict[str, list[int]]]:
+        """Adds one sentence of the current document."""
+        if not token_ids:  # an empty sentence changes nothing in the original either
+            return []
+        self.stats.tokens_in += len(token_ids)
+        self._sentences.append(list(token_ids))
+        self._length += len(token_ids)
+        examples = []
+        while self._length >= self._target:
+            carried = self._take_overflow() if self.carry_overflow else []
+            examples.append(self._create_example())
+            if carried:
+                self._sentences, self._length = [carried], len(carried)
+        return examples
+
+    def end_document(self) -> list[dict[str, list[int]]]:
+        """Flushes what the document left as one (shorter) example."""
+        return [self._create_example()] if self._length else []
+
+    def _take_overflow(self) -> list[int]:
+        """Cuts the accumulated text at the example's content capacity; returns the cut-off tail."""
+        capacity = max(1, min(self._target, self.max_length) - 3)
+        if self._length <= capacity:
+            return []
+        excess = self._length - capacity
+        tail: list[int] = []
+        while excess > 0:
+            last = self._sentences[-1]
+            if len(last) <= excess:
+                tail = last + tail
+                excess -= len(last)
+                self._sentences.pop()
+            else:
+                tail = last[len(last) - excess:] + tail
+                self._sentences[-1] = last[:len(last) - excess]
+                excess = 0
+        self._length = capacity
+        return tail
+
+    def _create_example(self) -> dict[str, list[int]]:
+        first, second = split_segments(self._sentences, self._target, self.max_length, self.rng)
+        self._sentences, self._length = [], 0
+        if self.rng.random() < RANDOM_TARGET_PROB:
+            self._target = self.rng.randint(MIN_RANDOM_TARGET, self.max_length)
+        else:
+            self._target = self.max_length
+        self.stats.examples += 1
+        self.stats.tokens_kept += len(first) + len(second)
+        self.stats.single_segment += not second
+        return make_features(first, second, self.max_length, self.cls_id, self.sep_id)
+
+
+def build_examples(documents: Iterable[Sequence[Sequence[int]]], builder: ExampleBuilder
+                   ) -> Iterator[dict[str, list[int]]]:
+    """Examples of tokenised documents (lists of sentences of ids), in order."""
+    for document in documents:
+        for sentence in document:
+            yield from builder.add_sentence(sentence)
+        yield from builder.end_document()
+
+
+# ------------------------------------------------------------------------------------------------ #
+# Documents
+# ------------------------------------------------------------------------------------------------ #
+def read_text_documents(paths: Sequence[str], blanks_separate_docs: bool, on_bad_utf8: str = "error"
+                        ) -> Iterator[list[str]]:
+    """Documents (lists of stripped non-empty lines). A blank line ends one only if `blanks_separate_docs`;
+    a new file always does (the original flushes at the end of every file)."""
+    if blanks_separate_docs:
+        yield from corpus.read_documents(list(paths), on_bad_utf8)
+        return
+    for path in paths:
+        lines = [s for s in (line.strip() for _, line in corpus.iter_lines(path, on_bad_utf8)) if s]
+        if lines:
+            yield lines
+
+
+def is_dev_document(index: int, dev_fraction: float) -> bool:
+    """Exactly floor(N * f) of N documents, spread evenly, go to the dev split (bert_pretrain's rule)."""
+    return dev_fraction > 0 and int((index + 1) * dev_fraction) > int(index * dev_fraction)
+
+
+def select_documents(documents: Iterable[list[str]], split: str, shard_id: int, num_shards: int,
+                     dev_fraction: float) -> Iterator[list[str]]:
+    """The documents of one shard: the split's k-th document goes to shard k % num_shards."""
+    k = 0
+    for index, document in enumerate(documents):
+        if is_dev_document(index, dev_fraction) != (split == DatasetSplit.EVAL):
+            continue
+        if k % num_shards == shard_id:
+            yield document
+        k += 1
+
+
+# ------------------------------------------------------------------------------------------------ #
+# The problem
+# ------------------------------------------------------------------------------------------------ #
+def _help(text: str) -> dict:
+    return {"help": text}
+
+
+TRAIN_SHARDS = 8
+DEV_SHARDS = 1
+SPECIAL_TOKENS = ("[PAD]", "[CLS]", "[SEP]", "[MASK]")  # the model masks dynamically, so it needs these ids
+
+
+@dataclasses.dataclass
+class ElectraPretrainHParams:
+    """Settings; names follow the original script's flags (framework/flags.py makes absl flags of them)."""
+
+    input_file: str = dataclasses.field(default="", metadata=_help(
+        "Text corpus: comma-separated files/globs, one sentence per line, blank line between documents."))
+    vocab_file: str = dataclasses.field(default="", metadata=_help(
+        "WordPiece vocab; empty = build one of --vocab_size tokens from the corpus into the problem's dir."))
+    vocab_size: int = dataclasses.field(default=30522, metadata=_help(
+        "Size of a vocab built from the corpus (the real size is recorded in the manifest)."))
+    max_seq_length: int = dataclasses.field(default=128, metadata=_help("Tokens per example."))
+    do_lower_case: bool = dataclasses.field(default=True, metadata=_help("Lower-case the text."))
+    strip_accents: bool = dataclasses.field(default=True, metadata=_help(
+        "Strip accents when lower-casing (ELECTRA's tokenizer option)."))
+    blanks_separate_docs: bool = dataclasses.field(default=True, metadata=_help(
+        "Blank lines end documents; False: blank lines are skipped and a document is a whole file."))
+    carry_overflow: bool = dataclasses.field(default=False, metadata=_help(
+        "Carry the text that overflows an example into the next one instead of dropping it."))
+    on_bad_utf8: str = dataclasses.field(default="error", metadata=_help("error | replace | skip"))
+    dev_fraction: float = dataclasses.field(default=0.0, metadata=_help(
+        "Share of documents held out as the dev split (0: train only, as the original)."))
+
+    def validate(self) -> None:
+        """Refuse settings the builder cannot honour, naming the flag."""
+        checks = [
+            (self.max_seq_length >= MIN_RANDOM_TARGET,
+             f"--max_seq_length must be >= {MIN_RANDOM_TARGET}, got {self.max_seq_length}"),
+            (0.0 <= self.dev_fraction < 1.0, f"--dev_fraction must be in [0, 1), got {self.dev_fraction}"),
+            (self.vocab_size > 5 or bool(self.vocab_file),
+             f"--vocab_size must be > 5 to build a vocab, got {self.vocab_size}"),
+            (self.on_bad_utf8 in corpus.BAD_UTF8_POLICIES,
+             f"--on_bad_utf8 must be one of {corpus.BAD_UTF8_POLICIES}, got {self.on_bad_utf8!r}"),
+            (self.strip_accents or not self.do_lower_case or _encoder_has_strip_accents(),
+             "--nostrip_accents with --do_lower_case is not supported by framework.text_encoders."
+             "WordpieceEncoder (it always strips accents when lower-casing, as BERT's tokenizer)"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ValueError(message)
+
+
+def _encoder_has_strip_accents() -> bool:
+    return "strip_accents" in inspect.signature(text_encoders.WordpieceEncoder).parameters
+
+
+@register_problem
+class ElectraPretrain(Problem):
+    """Replaced-token-detection pretraining data (google-research/electra's build_pretraining_dataset)."""
+
+    HParams = ElectraPretrainHParams
+
+    def __init__(self, hparams: ElectraPretrainHParams | None = None):
+        super().__init__(hparams)
+        self.hparams.validate()
+        self._encoder: tuple[str, Any] | None = None
+
+    # ------------------------------------------------------------------ generation side
+    def dataset_splits(self) -> list[tuple[str, int]]:
+        splits = [(DatasetSplit.TRAIN, TRAIN_SHARDS)]
+        if self.hparams.dev_fraction > 0:
+            splits.append((DatasetSplit.EVAL, DEV_SHARDS))
+        return splits
+
+    def vocab_path(self, data_dir: str) -> str:
+        return self.hparams.vocab_file or os.path.join(self.problem_dir(data_dir), "vocab.txt")
+
+    def input_paths(self) -> list[str]:
+        if not self.hparams.input_file:
+            raise ValueError("--input_file is required: the raw text (one sentence per line, a blank line "
+                             "between documents), comma-separated paths or globs")
+        return corpus.expand_paths(self.hparams.input_file)
+
+    def prepare(self, data_dir: str, tmp_dir: str) -> None:
+        """Check the corpus has text; build the WordPiece vocab unless one is given or already built."""
+        paths = self.input_paths()
+        if next(read_text_documents(paths, True, self.hparams.on_bad_utf8), None) is None:
+            raise corpus.CorpusError(f"--input_file={self.hparams.input_file}: the corpus has no text")
+        path = self.vocab_path(data_dir)
+        if self.hparams.vocab_file:
+            if not tf.io.gfile.exists(path):
+                raise FileNotFoundError(f"--vocab_file={path} does not exist")
+            return
+        if tf.io.gfile.exists(path):
+            logging.info("reusing the WordPiece vocab %s", path)
+            return
+        tf.io.gfile.makedirs(os.path.dirname(path))
+        lines = (line for p in paths for _, line in corpus.iter_lines(p, self.hparams.on_bad_utf8))
+        text_encoders.build_wordpiece_vocab(lines, vocab_size=self.hparams.vocab_size, out_file=path,
+                                            do_lower_case=self.hparams.do_lower_case)
+        logging.info("built %s from %s", path, self.hparams.input_file)
+
+    def encoder(self, data_dir: str) -> Any:
+        path = self.vocab_path(data_dir)
+        if self._encoder is None or self._encoder[0] != path:
+            kwargs = {"strip_accents": self.hparams.strip_accents} if _encoder_has_strip_accents() else {}
+            encoder = text_encoders.WordpieceEncoder(path, do_lower_case=self.hparams.do_lower_case, **kwargs)
+            missing = [t for t in SPECIAL_TOKENS if t not in encoder.special_ids]
+            if missing:
+                raise ValueError(f"{path}: the vocab lacks {', '.join(missing)}, which ELECTRA needs")
+            self._encoder = (path, encoder)
+        return self._encoder[1]
+
+    def feature_encoders(self, data_dir: str) -> dict[str, Any]:
+        return {"input_ids": self.encoder(data_dir)}
+
+    def manifest_settings(self, data_dir: str) -> dict:
+        """The hparams, the vocab's real size and sha256, and the special ids the model masks with."""
+        encoder = self.encoder(data_dir)
+        settings = dataclasses.asdict(self.hparams)
+        settings.update(requested_vocab_size=self.hparams.vocab_size, vocab_size=int(encoder.vocab_size),
+                        vocab_fingerprint=encoder.fingerprint(),
+                        special_ids={t: int(encoder.special_ids[t]) for t in SPECIAL_TOKENS})
+        return settings
+
+    def generate_shard(self, data_dir: str, tmp_dir: str, split: str, shard_id: int, num_shards: int,
+                       seed: int) -> Iterator[dict]:
+        """This shard's documents (round-robin) through one builder seeded by shard_rng."""
+        hp = self.hparams
+        encoder = self.encoder(data_dir)
+        builder = ExampleBuilder(hp.max_seq_length, encoder.special_ids["[CLS]"], encoder.special_ids["[SEP]"],
+                                 shard_rng(seed, split, shard_id), carry_overflow=hp.carry_overflow)
+        documents = read_text_documents(self.input_paths(), hp.blanks_separate_docs, hp.on_bad_utf8)
+        mine = select_documents(documents, split, shard_id, num_shards, hp.dev_fraction)
+        yield from build_examples((encode_lines(encoder, doc) for doc in mine), builder)
+        stats = builder.stats
+        logging.info("%s-%s shard %d/%d: %d examples from %d tokens, %.1f%% of them dropped, %.1f%% single-segment",
+                     self.name, split, shard_id, num_shards, stats.examples, stats.tokens_in,
+                     100 * stats.dropped_fraction, 100 * stats.single_segment / max(1, stats.examples))
+
+    def generate_encoded_samples(self, data_dir: str, tmp_dir: str, split: str) -> Iterator[dict]:
+        """Everything as one shard (seed 0); the driver uses generate_shard."""
+        return self.generate_shard(data_dir, tmp_dir, split, 0, 1, 0)
+
+    # ------------------------------------------------------------------ reading side
+    def example_reading_spec(self) -> dict:
+        """The original pretrain_data.py `name_to_features`."""
+        length = self.hparams.max_seq_length
+        return {name: tf.io.FixedLenFeature([length], tf.int64)
+                for name in ("input_ids", "input_mask", "segment_ids")}
+
+
+def encode_lines(encoder: Any, lines: Sequence[str]) -> list[list[int]]:
+    """Token ids of each line; one batched call when the encoder offers it."""
+    batch = getattr(encoder, "encode_batch", None)
+    if batch is not None:
+        return list(batch(list(lines)))
+    return [encoder.encode(line) for line in lines]
