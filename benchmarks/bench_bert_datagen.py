@@ -277,7 +277,7 @@ def main() -> None:
         compare_statistics(args, vocab_file, work, int(args.workers.split(",")[0]))
     if args.breakdown:
         from problems import bert_pretrain as bp
-        breakdown(args, vocab_file, args.num_shards or bp.TRAIN_SHARDS)
+        breakdown(args, vocab_file, args.num_shards or bp.BertPretrain.train_shards)
 
 
 if __name__ == "__main__":

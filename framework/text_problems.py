@@ -5,12 +5,14 @@
 - `Text2ClassProblem`: `inputs` -> integer `label`.
 - `Text2SelfProblem`: language modelling on `targets` only; `chop_length > 0` concatenates the encoded
   text of a shard and chops it into rows of that length (tensor2tensor's ChoppedTextProblem).
+- `WordpieceCorpusProblem`: pretraining on a raw corpus with a WordPiece vocabulary (BERT, ELECTRA).
 
 Vocabularies are built in `prepare` (once, before any shard) from the training samples' text, stored
 in the problem's folder and reused when they exist.
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import os
 from typing import Iterator
@@ -18,7 +20,7 @@ from typing import Iterator
 import tensorflow as tf
 from absl import logging
 
-from framework import text_encoders
+from framework import corpus, text_encoders
 from framework.problem import DatasetSplit, Problem
 
 
@@ -143,3 +145,78 @@ class Text2SelfProblem(Problem):
         if self.chop_length > 0:
             return {"targets": tf.io.FixedLenFeature([self.chop_length], tf.int64)}
         return {"targets": tf.io.VarLenFeature(tf.int64)}
+
+
+class WordpieceCorpusProblem(Problem):
+    """Pretraining on a raw corpus (`--input_file`) with a WordPiece vocabulary (BERT, ELECTRA).
+
+    HParams must have `input_file`, `vocab_file`, `vocab_size`, `do_lower_case`, `on_bad_utf8` and
+    `dev_fraction`. With `vocab_file` empty, `prepare` learns a vocabulary of at most `vocab_size`
+    pieces from the corpus into the problem's folder (reused when it exists); the manifest records its
+    real size and sha256.
+    """
+
+    train_shards: int = 8
+    required_special_tokens: tuple[str, ...] = ()
+
+    def __init__(self, hparams=None):
+        super().__init__(hparams)
+        self._encoder: tuple[str, text_encoders.WordpieceEncoder] | None = None
+
+    def dataset_splits(self) -> list[tuple[str, int]]:
+        splits = [(DatasetSplit.TRAIN, self.train_shards)]
+        if self.hparams.dev_fraction > 0:
+            splits.append((DatasetSplit.EVAL, 1))
+        return splits
+
+    def vocab_path(self, data_dir: str) -> str:
+        return self.hparams.vocab_file or os.path.join(self.problem_dir(data_dir), "vocab.txt")
+
+    def input_paths(self) -> list[str]:
+        if not self.hparams.input_file:
+            raise ValueError("--input_file is required: the raw text (one sentence per line, a blank "
+                             "line between documents), comma-separated paths or globs")
+        return corpus.expand_paths(self.hparams.input_file)
+
+    def documents(self, paths: list[str]) -> Iterator[list[str]]:
+        """The corpus as documents (lists of lines)."""
+        return corpus.read_documents(paths, self.hparams.on_bad_utf8)
+
+    def prepare(self, data_dir: str, tmp_dir: str) -> None:
+        """Check the corpus has text; learn the WordPiece vocab unless one is given or already built."""
+        paths = self.input_paths()
+        if next(self.documents(paths), None) is None:
+            raise corpus.CorpusError(f"--input_file={self.hparams.input_file}: the corpus has no text "
+                                     f"(every line is blank)")
+        path = self.vocab_path(data_dir)
+        if self.hparams.vocab_file:
+            if not tf.io.gfile.exists(path):
+                raise FileNotFoundError(f"--vocab_file={path} does not exist")
+            return
+        if tf.io.gfile.exists(path):
+            logging.info("reusing the WordPiece vocab %s", path)
+            return
+        tf.io.gfile.makedirs(os.path.dirname(path))
+        lines = (line for p in paths for _, line in corpus.iter_lines(p, self.hparams.on_bad_utf8))
+        text_encoders.build_wordpiece_vocab(lines, vocab_size=self.hparams.vocab_size, out_file=path,
+                                            do_lower_case=self.hparams.do_lower_case)
+        logging.info("built %s from %s", path, self.hparams.input_file)
+
+    def encoder_kwargs(self) -> dict:
+        return {}
+
+    def encoder(self, data_dir: str) -> text_encoders.WordpieceEncoder:
+        path = self.vocab_path(data_dir)
+        if self._encoder is None or self._encoder[0] != path:
+            encoder = text_encoders.WordpieceEncoder(path, do_lower_case=self.hparams.do_lower_case,
+                                                     **self.encoder_kwargs())
+            missing = [t for t in self.required_special_tokens if t not in encoder.special_ids]
+            if missing:
+                raise ValueError(f"{path}: the vocab lacks {', '.join(missing)}, which {self.name} needs")
+            self._encoder = (path, encoder)
+        return self._encoder[1]
+
+    def manifest_settings(self, data_dir: str) -> dict:
+        encoder = self.encoder(data_dir)
+        return dict(dataclasses.asdict(self.hparams), requested_vocab_size=self.hparams.vocab_size,
+                    vocab_size=int(encoder.vocab_size), vocab_fingerprint=encoder.fingerprint())

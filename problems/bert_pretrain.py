@@ -69,7 +69,6 @@ import array
 import bisect
 import dataclasses
 import itertools
-import os
 import random
 from typing import Any, Iterable, Iterator, Sequence
 
@@ -77,9 +76,10 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from framework import corpus, text_encoders
-from framework.problem import DataParams, DatasetSplit, Problem, shard_np_rng, shard_rng
+from framework import corpus
+from framework.problem import DatasetSplit, shard_np_rng, shard_rng
 from framework.registry import register_problem
+from framework.text_problems import WordpieceCorpusProblem
 
 CLS, SEP, MASK = "[CLS]", "[SEP]", "[MASK]"
 RANDOM_NEXT_PROB = 0.5          # probability that B comes from another document
@@ -87,8 +87,6 @@ MASK_TOKEN_PROB = 0.8           # of the chosen positions: [MASK] ...
 KEEP_TOKEN_PROB = 0.1           # ... unchanged; the remaining 0.1 get a random vocabulary id
 RANDOM_DOCUMENT_TRIES = 10      # draws to find a document other than the current one
 MASKING_BATCH = 256             # pairs masked together (numpy); bounds memory, amortizes overhead
-TRAIN_SHARDS = 8
-DEV_SHARDS = 1
 
 
 def _setting(default: Any, help_text: str) -> Any:
@@ -505,7 +503,7 @@ def combined_seed(seed: int, random_seed: int) -> int:
 # The problem
 # =============================================================================================== #
 @register_problem
-class BertPretrain(Problem):
+class BertPretrain(WordpieceCorpusProblem):
     """Masked-LM + next-sentence pairs for BERT pretraining (google-research/bert records)."""
 
     HParams = BertPretrainHParams
@@ -513,60 +511,9 @@ class BertPretrain(Problem):
     def __init__(self, hparams: BertPretrainHParams | None = None):
         super().__init__(hparams)
         self.hparams.validate()
-        self._encoder: tuple[str, Any] | None = None
-
-    # ------------------------------------------------------------------ generation side
-    def dataset_splits(self) -> list[tuple[str, int]]:
-        splits = [(DatasetSplit.TRAIN, TRAIN_SHARDS)]
-        if self.hparams.dev_fraction > 0:
-            splits.append((DatasetSplit.EVAL, DEV_SHARDS))
-        return splits
-
-    def vocab_path(self, data_dir: str) -> str:
-        return self.hparams.vocab_file or os.path.join(self.problem_dir(data_dir), "vocab.txt")
-
-    def input_paths(self) -> list[str]:
-        if not self.hparams.input_file:
-            raise ValueError("--input_file is required: the raw text (one sentence per line, a blank "
-                             "line between documents), comma-separated paths or globs")
-        return corpus.expand_paths(self.hparams.input_file)
-
-    def prepare(self, data_dir: str, tmp_dir: str) -> None:
-        """Check the corpus has text; build the WordPiece vocab unless one is given or already built."""
-        paths = self.input_paths()
-        if next(corpus.read_documents(paths, self.hparams.on_bad_utf8), None) is None:
-            raise corpus.CorpusError(f"--input_file={self.hparams.input_file}: the corpus has no text "
-                                     f"(every line is blank)")
-        path = self.vocab_path(data_dir)
-        if self.hparams.vocab_file:
-            if not tf.io.gfile.exists(path):
-                raise FileNotFoundError(f"--vocab_file={path} does not exist")
-            return
-        if tf.io.gfile.exists(path):
-            logging.info("reusing the WordPiece vocab %s", path)
-            return
-        tf.io.gfile.makedirs(os.path.dirname(path))
-        lines = (line for p in paths for _, line in corpus.iter_lines(p, self.hparams.on_bad_utf8))
-        text_encoders.build_wordpiece_vocab(lines, vocab_size=self.hparams.vocab_size, out_file=path,
-                                            do_lower_case=self.hparams.do_lower_case)
-        logging.info("built %s from %s", path, self.hparams.input_file)
-
-    def encoder(self, data_dir: str) -> Any:
-        path = self.vocab_path(data_dir)
-        if self._encoder is None or self._encoder[0] != path:
-            self._encoder = (path, text_encoders.WordpieceEncoder(
-                path, do_lower_case=self.hparams.do_lower_case))
-        return self._encoder[1]
 
     def feature_encoders(self, data_dir: str) -> dict[str, Any]:
         return {"inputs": self.encoder(data_dir)}
-
-    def manifest_settings(self, data_dir: str) -> dict:
-        encoder = self.encoder(data_dir)
-        settings = dataclasses.asdict(self.hparams)
-        settings.update(requested_vocab_size=self.hparams.vocab_size, vocab_size=int(encoder.vocab_size),
-                        vocab_fingerprint=encoder.fingerprint())
-        return settings
 
     def shard_documents(self, data_dir: str, split: str, shard_id: int,
                         num_shards: int) -> list[TokenizedDocument]:
@@ -604,10 +551,6 @@ class BertPretrain(Problem):
             "masked_lm_weights": tf.io.FixedLenFeature([preds], tf.float32),
             "next_sentence_labels": tf.io.FixedLenFeature([1], tf.int64),
         }
-
-    def preprocess_example(self, example: dict, mode: str, params: DataParams) -> dict:
-        """int64 -> int32 (tf.Example only stores int64; models and TPUs want int32)."""
-        return {k: (tf.cast(v, tf.int32) if v.dtype == tf.int64 else v) for k, v in example.items()}
 
     def default_batching(self) -> str:
         return "fixed"  # every feature is fixed-length; batches use drop_remainder (DataParams)

@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import os
 import random
 from typing import Any, Iterable, Iterator, Sequence
 
@@ -48,8 +47,9 @@ import tensorflow as tf
 from absl import logging
 
 from framework import corpus, text_encoders
-from framework.problem import DatasetSplit, Problem, shard_rng
+from framework.problem import DatasetSplit, shard_rng
 from framework.registry import register_problem
+from framework.text_problems import WordpieceCorpusProblem
 
 # Probabilities and constants of the original builder (build_pretraining_dataset.py).
 SINGLE_SEGMENT_PROB = 0.1
@@ -232,8 +232,6 @@ def _help(text: str) -> dict:
     return {"help": text}
 
 
-TRAIN_SHARDS = 8
-DEV_SHARDS = 1
 SPECIAL_TOKENS = ("[PAD]", "[CLS]", "[SEP]", "[MASK]")  # the model masks dynamically, so it needs these ids
 
 
@@ -283,73 +281,31 @@ def _encoder_has_strip_accents() -> bool:
 
 
 @register_problem
-class ElectraPretrain(Problem):
+class ElectraPretrain(WordpieceCorpusProblem):
     """Replaced-token-detection pretraining data (google-research/electra's build_pretraining_dataset)."""
 
     HParams = ElectraPretrainHParams
 
+    required_special_tokens = SPECIAL_TOKENS
+
     def __init__(self, hparams: ElectraPretrainHParams | None = None):
         super().__init__(hparams)
         self.hparams.validate()
-        self._encoder: tuple[str, Any] | None = None
 
-    # ------------------------------------------------------------------ generation side
-    def dataset_splits(self) -> list[tuple[str, int]]:
-        splits = [(DatasetSplit.TRAIN, TRAIN_SHARDS)]
-        if self.hparams.dev_fraction > 0:
-            splits.append((DatasetSplit.EVAL, DEV_SHARDS))
-        return splits
+    def documents(self, paths: list[str]) -> Iterator[list[str]]:
+        return read_text_documents(paths, self.hparams.blanks_separate_docs, self.hparams.on_bad_utf8)
 
-    def vocab_path(self, data_dir: str) -> str:
-        return self.hparams.vocab_file or os.path.join(self.problem_dir(data_dir), "vocab.txt")
-
-    def input_paths(self) -> list[str]:
-        if not self.hparams.input_file:
-            raise ValueError("--input_file is required: the raw text (one sentence per line, a blank line "
-                             "between documents), comma-separated paths or globs")
-        return corpus.expand_paths(self.hparams.input_file)
-
-    def prepare(self, data_dir: str, tmp_dir: str) -> None:
-        """Check the corpus has text; build the WordPiece vocab unless one is given or already built."""
-        paths = self.input_paths()
-        if next(read_text_documents(paths, True, self.hparams.on_bad_utf8), None) is None:
-            raise corpus.CorpusError(f"--input_file={self.hparams.input_file}: the corpus has no text")
-        path = self.vocab_path(data_dir)
-        if self.hparams.vocab_file:
-            if not tf.io.gfile.exists(path):
-                raise FileNotFoundError(f"--vocab_file={path} does not exist")
-            return
-        if tf.io.gfile.exists(path):
-            logging.info("reusing the WordPiece vocab %s", path)
-            return
-        tf.io.gfile.makedirs(os.path.dirname(path))
-        lines = (line for p in paths for _, line in corpus.iter_lines(p, self.hparams.on_bad_utf8))
-        text_encoders.build_wordpiece_vocab(lines, vocab_size=self.hparams.vocab_size, out_file=path,
-                                            do_lower_case=self.hparams.do_lower_case)
-        logging.info("built %s from %s", path, self.hparams.input_file)
-
-    def encoder(self, data_dir: str) -> Any:
-        path = self.vocab_path(data_dir)
-        if self._encoder is None or self._encoder[0] != path:
-            kwargs = {"strip_accents": self.hparams.strip_accents} if _encoder_has_strip_accents() else {}
-            encoder = text_encoders.WordpieceEncoder(path, do_lower_case=self.hparams.do_lower_case, **kwargs)
-            missing = [t for t in SPECIAL_TOKENS if t not in encoder.special_ids]
-            if missing:
-                raise ValueError(f"{path}: the vocab lacks {', '.join(missing)}, which ELECTRA needs")
-            self._encoder = (path, encoder)
-        return self._encoder[1]
+    def encoder_kwargs(self) -> dict:
+        return {"strip_accents": self.hparams.strip_accents} if _encoder_has_strip_accents() else {}
 
     def feature_encoders(self, data_dir: str) -> dict[str, Any]:
         return {"input_ids": self.encoder(data_dir)}
 
     def manifest_settings(self, data_dir: str) -> dict:
-        """The hparams, the vocab's real size and sha256, and the special ids the model masks with."""
+        """Also the special ids the model masks with."""
         encoder = self.encoder(data_dir)
-        settings = dataclasses.asdict(self.hparams)
-        settings.update(requested_vocab_size=self.hparams.vocab_size, vocab_size=int(encoder.vocab_size),
-                        vocab_fingerprint=encoder.fingerprint(),
-                        special_ids={t: int(encoder.special_ids[t]) for t in SPECIAL_TOKENS})
-        return settings
+        return dict(super().manifest_settings(data_dir),
+                    special_ids={t: int(encoder.special_ids[t]) for t in SPECIAL_TOKENS})
 
     def generate_shard(self, data_dir: str, tmp_dir: str, split: str, shard_id: int, num_shards: int,
                        seed: int) -> Iterator[dict]:

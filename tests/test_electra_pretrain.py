@@ -209,7 +209,7 @@ def test_same_seed_same_bytes_whatever_the_workers(tmp_path, emma_vocab):
     make_problem(vocab_file=emma_vocab).generate_data(str(one), str(tmp_path / "t1"), num_workers=1, seed=7)
     make_problem(vocab_file=emma_vocab).generate_data(str(two), str(tmp_path / "t2"), num_workers=2, seed=7)
     names = sorted(p.name for p in (one / "electra_pretrain").glob("*.tfrecord"))
-    assert len(names) == ep.TRAIN_SHARDS
+    assert len(names) == ep.ElectraPretrain.train_shards
     for name in names:
         assert (one / "electra_pretrain" / name).read_bytes() == (two / "electra_pretrain" / name).read_bytes()
 
