@@ -42,7 +42,6 @@ Decisions that differ from the original, on purpose:
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 from typing import Any, Iterable, NamedTuple
 
@@ -77,31 +76,26 @@ DISALLOW_PENALTY = 1000.0
 # Configuration
 # =============================================================================================== #
 @dataclasses.dataclass
-class ElectraConfig:
-    """The discriminator's transformer (BertConfig fields) plus the generator's relative size."""
+class ElectraConfig(BertConfig):
+    """The discriminator's transformer (BertConfig fields, ELECTRA-small defaults) plus the
+    generator's size relative to it. Parsing and validation are BertConfig's."""
 
     vocab_size: int
     hidden_size: int = 256
-    num_hidden_layers: int = 12
     num_attention_heads: int = 4
     intermediate_size: int = 1024
     hidden_act: str = "gelu_exact"
-    hidden_dropout_prob: float = 0.1
-    attention_probs_dropout_prob: float = 0.1
-    max_position_embeddings: int = 512
-    type_vocab_size: int = 2
-    initializer_range: float = 0.02
     embedding_size: int | None = 128
     generator_hidden_size: float = 0.25  # fraction of hidden_size
     generator_layers: float = 1.0  # fraction of num_hidden_layers
     untied_generator_embeddings: bool = False
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if not 0 < self.generator_hidden_size <= 1 or not 0 < self.generator_layers <= 1:
             raise ValueError(f"generator_hidden_size ({self.generator_hidden_size}) and generator_layers "
                              f"({self.generator_layers}) are fractions of the discriminator's, in (0, 1]")
-        self.discriminator_config()  # validates the transformer fields
-        self.generator_config()
+        self.generator_config()  # validates the generator's transformer too
 
     @classmethod
     def preset(cls, size: str, vocab_size: int = 30522, **overrides: Any) -> "ElectraConfig":
@@ -116,31 +110,13 @@ class ElectraConfig:
 
     @classmethod
     def from_dict(cls, values: dict[str, Any], source: str = "config dict") -> "ElectraConfig":
-        """From an ELECTRA/BERT-style json dict; "gelu" means the erf form there (ELECTRA's modeling.py)."""
-        known = {f.name for f in dataclasses.fields(cls)}
-        ignored = sorted(set(values) - known)
-        if ignored:
-            logger.info("%s: ignoring keys ElectraConfig does not use: %s", source, ", ".join(ignored))
-        if "vocab_size" not in values:
-            raise ValueError(f"{source}: vocab_size is required")
-        kwargs = {k: v for k, v in values.items() if k in known}
-        if kwargs.get("hidden_act") == "gelu":
-            kwargs["hidden_act"] = "gelu_exact"
-        kwargs.setdefault("embedding_size", None)
-        try:
-            return cls(**kwargs)
-        except (TypeError, ValueError) as e:
-            raise ValueError(f"{source}: {e}") from None
-
-    @classmethod
-    def from_json_file(cls, path: str) -> "ElectraConfig":
-        with tf.io.gfile.GFile(path, "r") as f:
-            text = f.read()
-        try:
-            values = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path}:{e.lineno}: not valid JSON: {e.msg}") from e
-        return cls.from_dict(values, source=path)
+        """From an ELECTRA/BERT-style json dict; "gelu" means the erf form there (ELECTRA's modeling.py),
+        and a missing embedding_size means the hidden size, as in the original."""
+        values = dict(values)
+        if values.get("hidden_act") == "gelu":
+            values["hidden_act"] = "gelu_exact"
+        values.setdefault("embedding_size", None)
+        return super().from_dict(values, source)
 
     @property
     def embedding_width(self) -> int:
