@@ -46,6 +46,7 @@ import functools
 import heapq
 import hashlib
 import itertools
+import json
 import os
 import re
 import sys
@@ -327,17 +328,47 @@ def _char_classes(**predicates: Callable[[int, str], bool]) -> dict[str, str]:
                           for a, b in r) for name, r in ranges.items()}
 
 
-@functools.lru_cache(maxsize=1)
-def _bert_unicode_res() -> tuple[re.Pattern, re.Pattern, re.Pattern]:
-    """BERT's character classes as regular expressions, from Python's own unicodedata (so the
-    result is FullTokenizer's by construction): (dropped chars, Mn marks, word splitter).
-    Built on first use of non-ASCII text (~1 s)."""
-    c = _char_classes(
+_CHAR_CLASSES_VERSION = 1  # bump when the predicates below change
+
+
+def _bert_char_classes() -> dict[str, str]:
+    return _char_classes(
         dropped=lambda cp, cat: cp in (0, 0xFFFD) or (cat in ("Cc", "Cf") and cp not in (9, 10, 13)),
         marks=lambda cp, cat: cat == "Mn",
         punct=lambda cp, cat: cat[0] == "P" or 33 <= cp <= 47 or 58 <= cp <= 64 or 91 <= cp <= 96
         or 123 <= cp <= 126,
         cjk=lambda cp, cat: _is_cjk(cp))
+
+
+def _cached_bert_char_classes() -> dict[str, str]:
+    """The classes cost a scan of every code point (~1-2 s); every datagen worker process needs them,
+    so they are cached on disk per Unicode version (a cache that cannot be written is skipped)."""
+    cache_dir = os.environ.get("TEXTRAIN_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "textrain"))
+    path = os.path.join(cache_dir, f"bert_char_classes.v{_CHAR_CLASSES_VERSION}."
+                                   f"unicode{unicodedata.unidata_version}.json")
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        pass
+    classes = _bert_char_classes()
+    try:
+        os.makedirs(cache_dir, exist_ok=True)
+        tmp = f"{path}.{os.getpid()}.incomplete"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(classes, f)
+        os.replace(tmp, path)
+    except OSError:
+        pass
+    return classes
+
+
+@functools.lru_cache(maxsize=1)
+def _bert_unicode_res() -> tuple[re.Pattern, re.Pattern, re.Pattern]:
+    """BERT's character classes as regular expressions, from Python's own unicodedata (so the
+    result is FullTokenizer's by construction): (dropped chars, Mn marks, word splitter).
+    Built on first use of non-ASCII text (~1 s)."""
+    c = _cached_bert_char_classes()
     cjk, punct = c["cjk"], c["punct"]
     # A word is a CJK character, a punctuation character, or a run of anything else but whitespace
     # (str.split's whitespace: BERT turns Zs into spaces, then splits with str.split).

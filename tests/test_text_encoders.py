@@ -423,3 +423,13 @@ def test_learn_wordpiece_merges_most_frequent_pair_first():
     assert learn_wordpiece(counts, 100, min_frequency=2) == vocab  # deterministic
     # A size limit stops the merges.
     assert len(learn_wordpiece(counts, 14)) == 14
+
+
+def test_bert_char_classes_cache_round_trips(tmp_path, monkeypatch):
+    """Worker processes read BERT's Unicode classes from a disk cache; it must equal a fresh scan."""
+    from framework import text_encoders as te
+
+    monkeypatch.setenv("TEXTRAIN_CACHE", str(tmp_path))
+    first = te._cached_bert_char_classes()  # computes and writes the cache
+    assert len(list(tmp_path.iterdir())) == 1
+    assert te._cached_bert_char_classes() == first == te._bert_char_classes()
