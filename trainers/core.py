@@ -47,14 +47,16 @@ Decisions (and why):
   latter through `model.tf1_variable_map()` and models/checkpoints.load_tf1_checkpoint with the
   pretraining heads allowed to stay unused.
 - One strategy per process: a second MirroredStrategy restarts the collective instance keys while TF's
-  collective executor remembers the first one's shapes (mismatch errors). Reuse the strategy for several
-  Trainers in one process (tests do).
+  collective executor remembers the first one's shapes (mismatch errors). So `make_strategy` returns the
+  same MirroredStrategy for the same devices every time it is asked (several Trainers, or several test
+  files, in one process share it).
 - SIGTERM (preemption) sets a flag; the loop saves a checkpoint at the end of the current host loop and
   `train` returns with `preempted=True` (the CLI exits 143).
 """
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import os
 import signal
@@ -104,8 +106,14 @@ def make_strategy(kind: str = "auto", num_gpus: int = 0, *, tpu: str | None = No
     if kind == "one_device":
         return tf.distribute.OneDeviceStrategy("/gpu:0" if gpus and num_gpus != 0 else "/cpu:0")
     if kind == "mirrored":
-        return tf.distribute.MirroredStrategy(_mirrored_devices(num_gpus, gpus))
+        return _mirrored_strategy(tuple(_mirrored_devices(num_gpus, gpus)))
     raise ValueError(f"unknown strategy {kind!r}; use auto, one_device, mirrored, multi_worker or tpu")
+
+
+@functools.lru_cache(maxsize=None)
+def _mirrored_strategy(devices: tuple[str, ...]) -> tf.distribute.MirroredStrategy:
+    # One instance per device set and process (see "One strategy per process" in the module docstring).
+    return tf.distribute.MirroredStrategy(list(devices))
 
 
 def _mirrored_devices(num_gpus: int, gpus: list) -> list[str]:

@@ -19,7 +19,8 @@ Decisions:
 - Settings shared by the problem and the run (`--max_seq_length`, `--seq_len`, ...) are checked against the
   train split's manifest before anything is built; a mismatch is refused naming both values. For data
   made per host (XLNet's `bsz_per_host`), the per-worker batch must equal it.
-- Exit status: 0 when training reached `--num_train_steps`, 143 after SIGTERM (checkpoint saved first).
+- Exit status: 0 when training reached `--num_train_steps`, 143 after SIGTERM (checkpoint saved first),
+  1 with a one-line `textrain-train-gpu: error: ...` when flags disagree with the data manifest.
 """
 from __future__ import annotations
 
@@ -137,8 +138,14 @@ def main(argv: list[str]) -> None:
         tf.keras.utils.set_random_seed(FLAGS.seed)
     problem_cls = registry.problems.get(FLAGS.problem)
     manifest = problem_cls().read_manifest(FLAGS.data_dir, "train")
-    problem = problem_cls(problem_hparams_for_training(problem_cls, manifest))
-    check_run_settings(manifest, problem_cls.HParams, core.input_context(strategy).num_input_pipelines)
+    try:
+        # The manifest check first: a flag that disagrees with the data is named as such, not as
+        # whichever invariant of the problem's settings it happens to break (XLNet's
+        # --num_core_per_host vs bsz_per_host). A user error ends with its message, no traceback.
+        check_run_settings(manifest, problem_cls.HParams, core.input_context(strategy).num_input_pipelines)
+        problem = problem_cls(problem_hparams_for_training(problem_cls, manifest))
+    except ValueError as e:
+        sys.exit(f"textrain-train-gpu: error: {e}")
     build = model_builder(registry.models.get(FLAGS.model))
     params = DataParams(batch_size=FLAGS.train_batch_size, seed=FLAGS.seed)
 
