@@ -133,3 +133,22 @@ def test_checkpoint_roundtrip_of_slots(tmp_path):
     tf.train.Checkpoint(opt=o2, w=w2).restore(path).assert_consumed()
     np.testing.assert_array_equal(o2.slots["v"][0].numpy(), o.slots["v"][0].numpy())
     assert int(o2.iterations.numpy()) == 1
+
+
+def test_adam_with_bias_correction_matches_the_textbook_formula():
+    """optimizer="adam" (XLNet's): bias-corrected moments, decoupled decay."""
+    w = tf.Variable([1.0, -2.0, 3.0], name="dense/kernel")
+    o = _build(opt.create_optimizer(0.1, 100, optimizer="adam", decay="constant", weight_decay=0.01,
+                                    epsilon=1e-8), [w])
+    w_ref, m, v = np.array([1.0, -2.0, 3.0]), np.zeros(3), np.zeros(3)
+    for t, g in enumerate(([0.5, 0.1, -1.0], [0.2, -0.3, 0.4], [1.0, 1.0, 1.0]), 1):
+        g = np.array(g)
+        o.apply_gradients([(tf.constant(g, tf.float32), w)])
+        m = 0.9 * m + 0.1 * g
+        v = 0.999 * v + 0.001 * g * g
+        m_hat, v_hat = m / (1 - 0.9 ** t), v / (1 - 0.999 ** t)
+        w_ref = w_ref - 0.1 * (m_hat / (np.sqrt(v_hat) + 1e-8) + 0.01 * w_ref)
+        if t == 1:  # the first step moves each weight by ~lr (plus decay), not by lr * 3.16 as without
+            np.testing.assert_allclose(np.abs(w.numpy() - np.array([1.0, -2.0, 3.0]) + 0.1 * 0.01 *
+                                              np.array([1.0, -2.0, 3.0])), 0.1, rtol=1e-4)
+    np.testing.assert_allclose(w.numpy(), w_ref, rtol=1e-5)

@@ -72,7 +72,9 @@ _TPU_FLAGS = [
 ]
 
 _OPTIMIZER_FLAGS = [
-    ("enum", "optimizer", "adamw", "adamw (BERT's AdamWeightDecay) | lamb.", ["adamw", "lamb"]),
+    ("enum", "optimizer", "adamw",
+     "adamw (BERT's AdamWeightDecay, no bias correction) | adam (bias-corrected, decoupled decay: XLNet's) | lamb.",
+     ["adamw", "adam", "lamb"]),
     ("float", "weight_decay", 0.01, "Decoupled weight decay (not on LayerNorm/bias)."),
     ("float", "adam_epsilon", 1e-6, "Adam epsilon (1e-6 in BERT/ELECTRA; XLNet used 1e-8)."),
     ("enum", "lr_decay", "linear", "Decay after warmup: linear | polynomial | cosine | constant.",

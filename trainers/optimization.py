@@ -229,20 +229,29 @@ class Optimizer(tf.Module):
 
 
 class AdamW(Optimizer):
-    """BERT's AdamWeightDecayOptimizer: no bias correction, decoupled decay, epsilon 1e-6."""
+    """Adam with decoupled weight decay. Default: BERT's AdamWeightDecayOptimizer (no bias correction,
+    epsilon 1e-6). `bias_correction=True` is XLNet's optimizer (tf.train.AdamOptimizer + decay): without
+    the correction the first updates are several times the learning rate, which stalls small models at
+    the learning rates XLNet uses."""
 
     slot_names = ("m", "v")
 
     def __init__(self, learning_rate, weight_decay: float = 0.01, beta_1: float = 0.9, beta_2: float = 0.999,
-                 epsilon: float = 1e-6, **kwargs):
+                 epsilon: float = 1e-6, bias_correction: bool = False, **kwargs):
         super().__init__(learning_rate, weight_decay=weight_decay, **kwargs)
         self.beta_1, self.beta_2, self.epsilon = beta_1, beta_2, epsilon
+        self.bias_correction = bias_correction
 
     def _update(self, var, grad, m, v, *, lr, decay, step):
         grad = tf.cast(tf.convert_to_tensor(grad), tf.float32)
         m_new = self.beta_1 * m + (1.0 - self.beta_1) * grad
         v_new = self.beta_2 * v + (1.0 - self.beta_2) * tf.square(grad)
-        update = m_new / (tf.sqrt(v_new) + self.epsilon)
+        m_hat, v_hat = m_new, v_new
+        if self.bias_correction:
+            t = tf.cast(step, tf.float32)
+            m_hat = m_new / (1.0 - tf.pow(self.beta_1, t))
+            v_hat = v_new / (1.0 - tf.pow(self.beta_2, t))
+        update = m_hat / (tf.sqrt(v_hat) + self.epsilon)
         if decay:
             update += self.weight_decay * tf.cast(var, tf.float32)
         return [m.assign(m_new), v.assign(v_new), var.assign_sub(tf.cast(lr * update, var.dtype))]
@@ -308,6 +317,8 @@ def create_optimizer(init_lr: float, num_train_steps: int, num_warmup_steps: int
                   exclude_from_weight_decay=exclude_from_weight_decay, lr_multiplier_fn=multipliers)
     if optimizer == "adamw":
         return AdamW(schedule, **common)
+    if optimizer == "adam":
+        return AdamW(schedule, bias_correction=True, **common)
     if optimizer == "lamb":
         return LAMB(schedule, **common)
-    raise ValueError(f"unknown optimizer {optimizer!r}; use adamw or lamb")
+    raise ValueError(f"unknown optimizer {optimizer!r}; use adamw, adam or lamb")
