@@ -77,7 +77,8 @@ def test_text2class_rejects_out_of_range_labels(tmp_path):
 def test_text2self_chops_the_stream_into_fixed_rows(tmp_path):
     p = ChoppedEmma()
     p.generate_data(str(tmp_path), "", seed=1)
-    ds = p.dataset(ModeKeys.EVAL, str(tmp_path), DataParams(batch_size=8), split="train")
+    ds = p.dataset(ModeKeys.EVAL, str(tmp_path), DataParams(batch_size=8, drop_remainder=False),
+                   split="train")
     rows = [r for b in ds for r in b["targets"].numpy().tolist()]
     assert rows and all(len(r) == 32 for r in rows)
     # Every row is a contiguous piece of its shard's stream: the shard's lines, encoded plus EOS,
