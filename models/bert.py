@@ -30,6 +30,8 @@ from typing import Any
 
 import tensorflow as tf
 
+from models.layers.dense import Dense
+
 from framework.registry import register_model
 from models.base import StepOutput, Term, TrainableModel
 from models.checkpoints import load_tf1_checkpoint
@@ -186,7 +188,7 @@ class BertModel(tf.keras.Model):
         super().__init__(name=name, **kwargs)
         self.config = config
         self.encoder = encoder_from_config(config)
-        self.pooler = tf.keras.layers.Dense(config.hidden_size, activation="tanh",
+        self.pooler = Dense(config.hidden_size, activation="tanh",
                                             kernel_initializer=truncated_normal(config.initializer_range),
                                             name="pooler_dense")
 
@@ -224,7 +226,7 @@ class MaskedLMHead(tf.keras.layers.Layer):
                  name: str = "predictions", **kwargs):
         super().__init__(name=name, **kwargs)
         self.embeddings = embeddings
-        self.dense = tf.keras.layers.Dense(embeddings.embedding_size, activation=get_activation(hidden_act),
+        self.dense = Dense(embeddings.embedding_size, activation=get_activation(hidden_act),
                                            kernel_initializer=truncated_normal(initializer_range),
                                            name="transform_dense")
         self.layer_norm = tf.keras.layers.LayerNormalization(epsilon=layer_norm_eps, name="transform_LayerNorm")

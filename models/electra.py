@@ -47,6 +47,8 @@ from typing import Any, Iterable, NamedTuple
 
 import tensorflow as tf
 
+from models.layers.dense import Dense
+
 from framework.registry import register_model
 from models.base import StepOutput, Term, TrainableModel
 from models.bert import BertConfig, MaskedLMHead, backend_variables, check_data_fits, encoder_from_config
@@ -250,10 +252,10 @@ class DiscriminatorHead(tf.keras.layers.Layer):
     def __init__(self, hidden_size: int, hidden_act: str, initializer_range: float,
                  name: str = "discriminator_predictions", **kwargs):
         super().__init__(name=name, **kwargs)
-        self.dense = tf.keras.layers.Dense(hidden_size, activation=get_activation(hidden_act),
+        self.dense = Dense(hidden_size, activation=get_activation(hidden_act),
                                            kernel_initializer=truncated_normal(initializer_range), name="dense")
         # The original's dense_1 has tf.layers' default (Glorot uniform) initialiser.
-        self.dense_1 = tf.keras.layers.Dense(1, name="dense_1")
+        self.dense_1 = Dense(1, name="dense_1")
 
     def call(self, sequence_output: tf.Tensor) -> tf.Tensor:
         return tf.cast(tf.squeeze(self.dense_1(self.dense(sequence_output)), -1), tf.float32)

@@ -19,6 +19,8 @@ import math
 
 import tensorflow as tf
 
+from models.layers.dense import Dense
+
 from models.layers.embeddings import truncated_normal
 from models.layers.softmax import masked_softmax
 
@@ -50,7 +52,7 @@ class MultiHeadAttention(tf.keras.layers.Layer):
         init = truncated_normal(initializer_range)
 
         def dense(layer_name: str) -> tf.keras.layers.Dense:
-            return tf.keras.layers.Dense(hidden_size, kernel_initializer=init, name=layer_name,
+            return Dense(hidden_size, kernel_initializer=init, name=layer_name,
                                          dtype=self.dtype_policy)
 
         self.query = dense("query")

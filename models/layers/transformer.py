@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from models.layers.dense import Dense
+
 from models.layers.activations import get_activation
 from models.layers.attention import MultiHeadAttention
 from models.layers.embeddings import LAYER_NORM_EPS, TransformerEmbeddings, truncated_normal
@@ -47,9 +49,9 @@ class TransformerBlock(tf.keras.layers.Layer):
         self.attention_dropout = tf.keras.layers.Dropout(hidden_dropout, dtype=policy)
         self.attention_layer_norm = tf.keras.layers.LayerNormalization(
             epsilon=layer_norm_eps, name="attention_LayerNorm", dtype=policy)
-        self.intermediate = tf.keras.layers.Dense(intermediate_size, activation=get_activation(hidden_act),
+        self.intermediate = Dense(intermediate_size, activation=get_activation(hidden_act),
                                                   kernel_initializer=init, name="intermediate", dtype=policy)
-        self.output_dense = tf.keras.layers.Dense(hidden_size, kernel_initializer=init, name="output_dense",
+        self.output_dense = Dense(hidden_size, kernel_initializer=init, name="output_dense",
                                                   dtype=policy)
         self.output_dropout = tf.keras.layers.Dropout(hidden_dropout, dtype=policy)
         self.output_layer_norm = tf.keras.layers.LayerNormalization(
@@ -106,7 +108,7 @@ class TransformerEncoder(tf.keras.layers.Layer):
         self.embeddings = embeddings
         self.embeddings_project = None
         if embeddings.embedding_size != hidden_size:
-            self.embeddings_project = tf.keras.layers.Dense(
+            self.embeddings_project = Dense(
                 hidden_size, kernel_initializer=truncated_normal(initializer_range),
                 name="embeddings_project", dtype=policy)
         self.blocks = [
