@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import os
-from typing import Iterator
+from typing import Iterable, Iterator, Sequence
 
 import tensorflow as tf
 from absl import logging
@@ -145,6 +145,23 @@ class Text2SelfProblem(Problem):
         if self.chop_length > 0:
             return {"targets": tf.io.FixedLenFeature([self.chop_length], tf.int64)}
         return {"targets": tf.io.VarLenFeature(tf.int64)}
+
+
+def is_dev_document(index: int, dev_fraction: float) -> bool:
+    """Exactly floor(N * f) of N documents, spread evenly, go to the dev split."""
+    return dev_fraction > 0 and int((index + 1) * dev_fraction) > int(index * dev_fraction)
+
+
+def select_documents(documents: Iterable[Sequence[str]], split: str, shard_id: int, num_shards: int,
+                     dev_fraction: float) -> Iterator[Sequence[str]]:
+    """The documents of one shard: the split's k-th document goes to shard k % num_shards."""
+    k = 0
+    for index, doc in enumerate(documents):
+        if is_dev_document(index, dev_fraction) != (split == DatasetSplit.EVAL):
+            continue
+        if k % num_shards == shard_id:
+            yield doc
+        k += 1
 
 
 class WordpieceCorpusProblem(Problem):

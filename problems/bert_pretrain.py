@@ -77,9 +77,9 @@ import tensorflow as tf
 from absl import logging
 
 from framework import corpus
-from framework.problem import DatasetSplit, shard_np_rng, shard_rng
+from framework.problem import shard_np_rng, shard_rng
 from framework.registry import register_problem
-from framework.text_problems import WordpieceCorpusProblem
+from framework.text_problems import WordpieceCorpusProblem, select_documents
 
 CLS, SEP, MASK = "[CLS]", "[SEP]", "[MASK]"
 RANDOM_NEXT_PROB = 0.5          # probability that B comes from another document
@@ -182,23 +182,6 @@ def tokenize_documents(documents: Iterable[Sequence[str]], encoder: Any) -> Iter
         doc = TokenizedDocument.from_sentences(encode_lines(encoder, lines))
         if doc is not None:
             yield doc
-
-
-def is_dev_document(index: int, dev_fraction: float) -> bool:
-    """Exactly floor(N * f) of N documents, spread evenly, go to the dev split."""
-    return dev_fraction > 0 and int((index + 1) * dev_fraction) > int(index * dev_fraction)
-
-
-def select_documents(documents: Iterable[Sequence[str]], split: str, shard_id: int, num_shards: int,
-                     dev_fraction: float) -> Iterator[Sequence[str]]:
-    """The documents of one shard: the split's k-th document goes to shard k % num_shards."""
-    k = 0
-    for index, doc in enumerate(documents):
-        if is_dev_document(index, dev_fraction) != (split == DatasetSplit.EVAL):
-            continue
-        if k % num_shards == shard_id:
-            yield doc
-        k += 1
 
 
 # =============================================================================================== #

@@ -47,9 +47,9 @@ import tensorflow as tf
 from absl import logging
 
 from framework import corpus, text_encoders
-from framework.problem import DatasetSplit, shard_rng
+from framework.problem import shard_rng
 from framework.registry import register_problem
-from framework.text_problems import WordpieceCorpusProblem
+from framework.text_problems import WordpieceCorpusProblem, select_documents
 
 # Probabilities and constants of the original builder (build_pretraining_dataset.py).
 SINGLE_SEGMENT_PROB = 0.1
@@ -206,23 +206,6 @@ def read_text_documents(paths: Sequence[str], blanks_separate_docs: bool, on_bad
         lines = [s for s in (line.strip() for _, line in corpus.iter_lines(path, on_bad_utf8)) if s]
         if lines:
             yield lines
-
-
-def is_dev_document(index: int, dev_fraction: float) -> bool:
-    """Exactly floor(N * f) of N documents, spread evenly, go to the dev split (bert_pretrain's rule)."""
-    return dev_fraction > 0 and int((index + 1) * dev_fraction) > int(index * dev_fraction)
-
-
-def select_documents(documents: Iterable[list[str]], split: str, shard_id: int, num_shards: int,
-                     dev_fraction: float) -> Iterator[list[str]]:
-    """The documents of one shard: the split's k-th document goes to shard k % num_shards."""
-    k = 0
-    for index, document in enumerate(documents):
-        if is_dev_document(index, dev_fraction) != (split == DatasetSplit.EVAL):
-            continue
-        if k % num_shards == shard_id:
-            yield document
-        k += 1
 
 
 # ------------------------------------------------------------------------------------------------ #

@@ -18,6 +18,7 @@ import tensorflow as tf
 
 from framework import corpus, records, registry, text_encoders
 from framework.problem import DataParams, ModeKeys
+from framework.text_problems import is_dev_document
 from problems import bert_pretrain as bp
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -459,7 +460,7 @@ def test_dev_fraction_holds_out_documents(vocab_file):
     problem = bp.BertPretrain(hparams(vocab_file, dev_fraction=0.25))
     assert problem.dataset_splits() == [("train", 8), ("dev", 1)]
     assert bp.BertPretrain(hparams(vocab_file)).dataset_splits() == [("train", 8)]
-    held = [i for i in range(24) if bp.is_dev_document(i, 0.25)]
+    held = [i for i in range(24) if is_dev_document(i, 0.25)]
     assert held == [3, 7, 11, 15, 19, 23]
     dev = problem.shard_documents("unused", "dev", 0, 1)
     train = problem.shard_documents("unused", "train", 0, 1)
