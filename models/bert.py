@@ -351,7 +351,7 @@ class BertPretrainer(TrainableModel):
 
     def load_tf1_checkpoint(self, path: str) -> list[str]:
         """Import an original BERT pretraining checkpoint (e.g. uncased_L-12_H-768_A-12/bert_model.ckpt)."""
-        return load_tf1_checkpoint(path, backend_variables(self.tf1_variable_map()))
+        return load_tf1_checkpoint(path, self.tf1_variable_map())
 
 
 @register_model(name="bert_classifier")
@@ -399,20 +399,12 @@ class BertClassifier(TrainableModel):
 
     def load_tf1_checkpoint(self, path: str) -> list[str]:
         """Import a checkpoint fine-tuned by the original run_classifier.py (head included)."""
-        return load_tf1_checkpoint(path, backend_variables(self.tf1_variable_map()))
+        return load_tf1_checkpoint(path, self.tf1_variable_map())
 
     def init_from_pretrained(self, path: str) -> list[str]:
         """Load the encoder and pooler from an original pretraining checkpoint; heads stay fresh."""
-        return load_tf1_checkpoint(path, backend_variables(self.tf1_variable_map(include_head=False)),
+        return load_tf1_checkpoint(path, self.tf1_variable_map(include_head=False),
                                    allow_unexpected=(r"^cls/",))
-
-
-def backend_variables(variable_map: dict[str, Any]) -> dict[str, tf.Variable]:
-    """Keras 3 variables -> the tf.Variable each wraps. models/checkpoints.py reads
-    `var.dtype.as_numpy_dtype`, which a Keras 3 variable (dtype is a string) lacks; the wrapped
-    tf.Variable (a MirroredVariable under a strategy) has it and assigns the same storage."""
-    return {name: var.value if isinstance(var, tf.keras.Variable) else var
-            for name, var in variable_map.items()}
 
 
 def check_data_fits(config: BertConfig, manifest: dict | None, source: str = "model config") -> None:

@@ -22,6 +22,11 @@ class CheckpointMismatchError(ValueError):
     pass
 
 
+def backing_variable(var):
+    """The tf.Variable (a MirroredVariable under a strategy) behind a Keras 3 variable; others as is."""
+    return var.value if isinstance(var, tf.keras.Variable) else var
+
+
 def checkpoint_variables(path: str) -> dict[str, tuple[int, ...]]:
     """Name -> shape of every variable in a TF1 (or TF2 name-based) checkpoint at `path`."""
     return {name: tuple(shape) for name, shape in tf.train.list_variables(path)}
@@ -51,8 +56,8 @@ def load_tf1_checkpoint(path: str, variable_map: dict[str, tf.Variable],
                 parts.append(f"  {title} ({len(names)}): " + ", ".join(names))
         raise CheckpointMismatchError("\n".join(parts))
     for name, var in variable_map.items():
-        # Keras 3 variables report their dtype as a string; tf.as_dtype takes both forms.
-        var.assign(np.asarray(reader.get_tensor(name)).astype(tf.as_dtype(var.dtype).as_numpy_dtype))
+        var = backing_variable(var)
+        var.assign(np.asarray(reader.get_tensor(name)).astype(var.dtype.as_numpy_dtype))
     return sorted(variable_map)
 
 

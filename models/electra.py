@@ -51,7 +51,7 @@ from models.layers.dense import Dense
 
 from framework.registry import register_model
 from models.base import StepOutput, Term, TrainableModel
-from models.bert import BertConfig, MaskedLMHead, backend_variables, check_data_fits, encoder_from_config
+from models.bert import BertConfig, MaskedLMHead, check_data_fits, encoder_from_config
 from models.checkpoints import load_tf1_checkpoint
 from models.layers.activations import get_activation
 from models.layers.embeddings import TransformerEmbeddings, truncated_normal
@@ -351,7 +351,7 @@ class ElectraPretrainer(TrainableModel):
 
     def load_tf1_checkpoint(self, path: str) -> list[str]:
         """Import an original ELECTRA pretraining checkpoint (generator and discriminator)."""
-        return load_tf1_checkpoint(path, backend_variables(self.tf1_variable_map()))
+        return load_tf1_checkpoint(path, self.tf1_variable_map())
 
 
 def electra_terms(out: dict[str, Any], objective: ElectraObjective) -> tuple[dict[str, Term], dict[str, Term]]:

@@ -40,6 +40,7 @@ from absl import logging
 
 from framework.registry import register_model
 from models.base import StepOutput, Term, TrainableModel
+from models.checkpoints import backing_variable
 from models.layers.relative_attention import (PositionwiseFFN, RelativeAttention, dropout, fold_seed,
                                               relative_positional_encoding)
 
@@ -200,12 +201,6 @@ def cache_mem(curr: tf.Tensor, prev: tf.Tensor | None, mem_len: int, reuse_len: 
     return tf.stop_gradient(new[:, -mem_len:])
 
 
-def _tf_variable(var) -> tf.Variable:
-    """The `tf.Variable` behind a Keras 3 variable (whose `.dtype` is a string, not a tf.DType),
-    so the map holds what docs/CONTRACTS.md promises: name -> tf.Variable."""
-    return var if isinstance(var, tf.Variable) else var.value
-
-
 def _replica_id() -> int | tf.Tensor:
     ctx = tf.distribute.get_replica_context()
     return 0 if ctx is None else ctx.replica_id_in_sync_group
@@ -364,7 +359,7 @@ class XLNetEncoder(tf.keras.layers.Layer):
             out[f"{layer}/ff/layer_2/bias"] = ff.bias_2
             out[f"{layer}/ff/LayerNorm/gamma"] = ff.layer_norm.gamma
             out[f"{layer}/ff/LayerNorm/beta"] = ff.layer_norm.beta
-        return {name: _tf_variable(var) for name, var in out.items()}
+        return {name: backing_variable(var) for name, var in out.items()}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -431,7 +426,7 @@ class XLNetPretrainer(TrainableModel):
 
     def tf1_variable_map(self) -> dict[str, tf.Variable]:
         out = self.transformer.tf1_variable_map("model/transformer")
-        out["model/lm_loss/bias"] = _tf_variable(self.lm_bias)
+        out["model/lm_loss/bias"] = backing_variable(self.lm_bias)
         return out
 
 

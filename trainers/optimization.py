@@ -34,6 +34,8 @@ from typing import Callable, Iterable, Sequence
 
 import tensorflow as tf
 
+from models.checkpoints import backing_variable
+
 DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY = ("LayerNorm", "layer_norm", "bias")
 
 
@@ -89,13 +91,6 @@ def variable_name(var) -> str:
     if isinstance(path, str) and path:
         return path
     return var.name.split(":")[0]
-
-
-def _tf_variable(var) -> tf.Variable:
-    """The tf.Variable (MirroredVariable under a strategy) behind a Keras 3 variable."""
-    if isinstance(var, tf.keras.Variable):
-        return var.value
-    return var
 
 
 def layerwise_lr_multipliers(variables: Sequence, depth_fn: Callable[[object], int], decay: float,
@@ -212,7 +207,7 @@ class Optimizer(tf.Module):
                 return tf.cond(skip_, tf.no_op, lambda: tf.group(self._update(var, g, *slot_vars, **_kw)))
 
             # `skip` (like `grad`) may be a per-replica value: passing it in `args` hands each device its own.
-            ops.append(strategy.extended.update(_tf_variable(self._variables[i]), update,
+            ops.append(strategy.extended.update(backing_variable(self._variables[i]), update,
                                                 args=(grad, skip) + slots, group=True))
         with tf.control_dependencies(ops):
             inc = strategy.extended.update(
