@@ -68,6 +68,7 @@ def run_child(args: argparse.Namespace) -> dict:
     sys.path.insert(0, REPO)
     import tensorflow as tf
 
+    from models.base import weighted_loss
     from models.bert import BertConfig, BertPretrainer
 
     policy, xla = CONFIGS[args.child]
@@ -81,7 +82,7 @@ def run_child(args: argparse.Namespace) -> dict:
     def train_step(features):
         with tf.GradientTape() as tape:
             out = model.step_output(features, {}, training=True)
-            loss = tf.add_n([t.weight * t.total / t.count for t in out.losses.values()])
+            loss = weighted_loss(out.losses)
         grads = tape.gradient(loss, model.trainable_variables)
         optimizer.apply_gradients(zip(grads, model.trainable_variables))
         return loss

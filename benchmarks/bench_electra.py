@@ -128,6 +128,7 @@ def bench_step(data_dir: str | None, modes: list[str], batch_size: int, steps: i
     import tensorflow as tf
     from framework.problem import DataParams
     from models import electra
+    from models.base import weighted_loss
     from problems.electra_pretrain import ElectraPretrain
 
     if data_dir:
@@ -157,7 +158,7 @@ def bench_step(data_dir: str | None, modes: list[str], batch_size: int, steps: i
         def step(features):
             with tf.GradientTape() as tape:
                 out = model.step_output(features, {}, training=True)
-                loss = tf.add_n([t.weight * t.total / t.count for t in out.losses.values()])
+                loss = weighted_loss(out.losses)
             grads = tape.gradient(loss, model.trainable_variables)
             optimizer.apply_gradients(zip(grads, model.trainable_variables))
             return loss

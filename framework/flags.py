@@ -31,6 +31,11 @@ def _base_type(tp: Any) -> type:
     raise TypeError(f"problem setting type {tp!r} cannot be a flag; use bool, int, float or str")
 
 
+def help_text(text: str) -> dict:
+    """`metadata` for an HParams field: its flag's help text."""
+    return {"help": text}
+
+
 def _field_help(field: dataclasses.Field, cls: type) -> str:
     return field.metadata.get("help") or f"{cls.__qualname__}.{field.name} (default {field.default!r})"
 

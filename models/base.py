@@ -27,6 +27,13 @@ class StepOutput(NamedTuple):
     state: Any  # nested structure of tensors, fed back to this replica's next step
 
 
+def weighted_loss(losses: dict[str, Term]) -> tf.Tensor:
+    """The training loss of one replica's terms: sum of weight * total / count (zero-count terms give
+    0). The trainer does the same with counts all-reduced across replicas."""
+    f32 = lambda x: tf.cast(x, tf.float32)  # noqa: E731
+    return tf.add_n([t.weight * tf.math.divide_no_nan(f32(t.total), f32(t.count)) for t in losses.values()])
+
+
 class TrainableModel(tf.keras.Model):
     """Base class of every model the trainers drive by name (see framework.registry.models)."""
 

@@ -48,6 +48,7 @@ from absl import logging
 
 from framework import corpus, text_encoders
 from framework.problem import shard_rng
+from framework.flags import help_text
 from framework.registry import register_problem
 from framework.text_problems import WordpieceCorpusProblem, select_documents
 
@@ -211,10 +212,6 @@ def read_text_documents(paths: Sequence[str], blanks_separate_docs: bool, on_bad
 # ------------------------------------------------------------------------------------------------ #
 # The problem
 # ------------------------------------------------------------------------------------------------ #
-def _help(text: str) -> dict:
-    return {"help": text}
-
-
 SPECIAL_TOKENS = ("[PAD]", "[CLS]", "[SEP]", "[MASK]")  # the model masks dynamically, so it needs these ids
 
 
@@ -222,22 +219,22 @@ SPECIAL_TOKENS = ("[PAD]", "[CLS]", "[SEP]", "[MASK]")  # the model masks dynami
 class ElectraPretrainHParams:
     """Settings; names follow the original script's flags (framework/flags.py makes absl flags of them)."""
 
-    input_file: str = dataclasses.field(default="", metadata=_help(
+    input_file: str = dataclasses.field(default="", metadata=help_text(
         "Text corpus: comma-separated files/globs, one sentence per line, blank line between documents."))
-    vocab_file: str = dataclasses.field(default="", metadata=_help(
+    vocab_file: str = dataclasses.field(default="", metadata=help_text(
         "WordPiece vocab; empty = build one of --vocab_size tokens from the corpus into the problem's dir."))
-    vocab_size: int = dataclasses.field(default=30522, metadata=_help(
+    vocab_size: int = dataclasses.field(default=30522, metadata=help_text(
         "Size of a vocab built from the corpus (the real size is recorded in the manifest)."))
-    max_seq_length: int = dataclasses.field(default=128, metadata=_help("Tokens per example."))
-    do_lower_case: bool = dataclasses.field(default=True, metadata=_help("Lower-case the text."))
-    strip_accents: bool = dataclasses.field(default=True, metadata=_help(
+    max_seq_length: int = dataclasses.field(default=128, metadata=help_text("Tokens per example."))
+    do_lower_case: bool = dataclasses.field(default=True, metadata=help_text("Lower-case the text."))
+    strip_accents: bool = dataclasses.field(default=True, metadata=help_text(
         "Strip accents when lower-casing (ELECTRA's tokenizer option)."))
-    blanks_separate_docs: bool = dataclasses.field(default=True, metadata=_help(
+    blanks_separate_docs: bool = dataclasses.field(default=True, metadata=help_text(
         "Blank lines end documents; False: blank lines are skipped and a document is a whole file."))
-    carry_overflow: bool = dataclasses.field(default=False, metadata=_help(
+    carry_overflow: bool = dataclasses.field(default=False, metadata=help_text(
         "Carry the text that overflows an example into the next one instead of dropping it."))
-    on_bad_utf8: str = dataclasses.field(default="error", metadata=_help("error | replace | skip"))
-    dev_fraction: float = dataclasses.field(default=0.0, metadata=_help(
+    on_bad_utf8: str = dataclasses.field(default="error", metadata=help_text("error | replace | skip"))
+    dev_fraction: float = dataclasses.field(default=0.0, metadata=help_text(
         "Share of documents held out as the dev split (0: train only, as the original)."))
 
     def validate(self) -> None:

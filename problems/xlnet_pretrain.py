@@ -66,6 +66,7 @@ from absl import logging
 
 from framework import corpus, text_encoders
 from framework.problem import DataParams, DatasetSplit, Problem, check_settings, shard_np_rng
+from framework.flags import help_text
 from framework.registry import register_problem
 
 SPECIAL_IDS = text_encoders.XLNET_SPECIAL_IDS
@@ -79,21 +80,17 @@ _START_PUNCT = frozenset('!"#$%&"()*+,-./:;?@[\\]^_`{|}~')
 _RECORDS_PER_CHUNK = 4096
 
 
-def _help(text: str) -> dict:
-    return {"help": text}
-
-
 @dataclasses.dataclass
 class XlnetPretrainHParams:
     """Settings, named as the original data_utils.py / train_gpu.py flags."""
 
-    input_file: str = dataclasses.field(default="", metadata=_help(
+    input_file: str = dataclasses.field(default="", metadata=help_text(
         "Comma-separated paths/globs of text: one sentence per line, blank line between documents."))
-    dev_input_file: str = dataclasses.field(default="", metadata=_help(
+    dev_input_file: str = dataclasses.field(default="", metadata=help_text(
         "xlnet_pretrain: text for a 'dev' split (empty: no dev split)."))
-    sp_model: str = dataclasses.field(default="", metadata=_help(
+    sp_model: str = dataclasses.field(default="", metadata=help_text(
         "SentencePiece model; empty: train one (XLNet recipe) into <data_dir>/<problem>/spiece.model."))
-    vocab_size: int = dataclasses.field(default=32000, metadata=_help(
+    vocab_size: int = dataclasses.field(default=32000, metadata=help_text(
         "Vocabulary size of a SentencePiece model trained by datagen."))
     uncased: bool = False
     seq_len: int = 512
@@ -106,7 +103,7 @@ class XlnetPretrainHParams:
     num_predict: int = 85
     use_eod: bool = True
     num_passes: int = 1
-    perm_size: int = dataclasses.field(default=0, metadata=_help(
+    perm_size: int = dataclasses.field(default=0, metadata=help_text(
         "Factorisation-order block size at read time; 0 = reuse_len."))
     on_bad_utf8: str = "error"
 

@@ -9,6 +9,7 @@ import pytest
 import tensorflow as tf
 
 from models import electra
+from models.base import weighted_loss
 from models.checkpoints import write_tf1_checkpoint
 
 PAD, CLS, SEP, MASK = 0, 2, 3, 4
@@ -368,7 +369,7 @@ def test_tiny_electra_learns_on_emma(tmp_path):
     def train_step(features):
         with tf.GradientTape() as tape:
             out = model.step_output(features, {}, training=True)
-            loss = tf.add_n([t.weight * t.total / t.count for t in out.losses.values()])
+            loss = weighted_loss(out.losses)
         grads = tape.gradient(loss, model.trainable_variables)
         optimizer.apply_gradients(zip(grads, model.trainable_variables))
         return {k: t.total / t.count for k, t in {**out.losses, **out.metrics}.items()}
