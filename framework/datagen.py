@@ -15,6 +15,7 @@ import time
 
 from absl import app, flags
 
+from framework import cli
 from framework import flags as problem_flags
 from framework import registry
 
@@ -70,7 +71,7 @@ def main(argv: list[str]) -> None:
                                           task_id=FLAGS.task_id, num_tasks=FLAGS.num_tasks,
                                           seed=FLAGS.seed, overwrite=FLAGS.overwrite, num_shards=num_shards)
     except (ValueError, FileNotFoundError) as e:  # bad input: a clear message, no traceback
-        sys.exit(f"textrain-datagen: error: {e}")
+        raise cli.UserError(str(e)) from None
     print(_summary(problem, FLAGS.data_dir, manifests, time.time() - start))
 
 
@@ -79,7 +80,7 @@ def run() -> None:
     registry.import_builtins()
     registry.import_usr_dir(registry.usr_dir_from_argv(sys.argv))
     problem_flags.define_problem_flags()
-    app.run(main)
+    cli.run_main("textrain-datagen", main)
 
 
 if __name__ == "__main__":

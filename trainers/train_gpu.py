@@ -126,7 +126,7 @@ def main(argv: list[str]) -> None:
     split_cpu_for_replicas(FLAGS.num_gpus)
     import tensorflow as tf
 
-    from framework import registry
+    from framework import cli, registry
     from framework.problem import DataParams, ModeKeys
     from trainers import core
 
@@ -145,7 +145,7 @@ def main(argv: list[str]) -> None:
         check_run_settings(manifest, problem_cls.HParams, core.input_context(strategy).num_input_pipelines)
         problem = problem_cls(problem_hparams_for_training(problem_cls, manifest))
     except ValueError as e:
-        sys.exit(f"textrain-train-gpu: error: {e}")
+        raise cli.UserError(str(e)) from None
     build = model_builder(registry.models.get(FLAGS.model))
     params = DataParams(batch_size=FLAGS.train_batch_size, seed=FLAGS.seed)
 
@@ -180,7 +180,9 @@ def run() -> None:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     sys.path.insert(0, os.getcwd())  # problems/models of a --usr_dir next to the working directory
     define_all_flags(sys.argv)
-    app.run(main)
+    from framework import cli
+
+    cli.run_main("textrain-train-gpu", main)
 
 
 if __name__ == "__main__":
