@@ -329,6 +329,7 @@ def test_tsv_cli_pair_learned_labels_and_unlabelled_test(tmp_path, vocab):
     assert [t["example_index"] for t in test_records] == [0, 1] and [t["label_ids"] for t in test_records] == [0, 0]
 
 
+@pytest.mark.slow
 def test_tsv_cli_errors_name_file_line_and_label(tmp_path, vocab):
     train = _write(tmp_path / "train.tsv", [["sentence", "label"], ["good", "pos"], ["bad", "neg"]])
     dev = _write(tmp_path / "dev.tsv", [["sentence", "label"], ["fine", "pos"], ["meh", "neutral"]])
