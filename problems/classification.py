@@ -59,7 +59,7 @@ Decisions:
   evaluation and prediction read them in file order (`shuffle_split`). A GLUE test file that is
   absent is skipped; train and dev are required.
 - Blank lines are skipped (and do not count in `example_index`); a UTF-8 byte-order mark before a
-  header is dropped.
+  header is dropped; labels are stripped of surrounding whitespace (texts are kept as they are).
 - The label list is decided once, in `prepare`, and written to `{problem_dir}/labels.json` for the
   worker processes; the manifests record it (`label_list`), so data made with another label list is
   refused on re-runs and the trainer reads it from there.
@@ -235,7 +235,7 @@ def read_tsv_rows(paths: Sequence[str], columns: Columns, on_bad_utf8: str = "er
                 raise UserError(f"{path}:{lineno}: {len(fields)} columns, but column {max(needed)} is read")
             yield Row(index=index, text_a=fields[columns.text_a],
                       text_b=fields[columns.text_b] if columns.text_b is not None else None,
-                      label=fields[columns.label] if columns.label is not None else None,
+                      label=fields[columns.label].strip() if columns.label is not None else None,
                       where=f"{path}:{lineno}")
             index += 1
 

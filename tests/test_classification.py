@@ -344,6 +344,12 @@ def test_tsv_cli_errors_name_file_line_and_label(tmp_path, vocab):
                  f"--data_dir={tmp_path / 'd2'}")
     assert r.returncode == 1 and f"{bad}:3: 3 tab-separated columns, expected 2" in r.stderr
     assert not tf.io.gfile.glob(str(tmp_path / "d2" / "tsv_classification" / "*.manifest.json"))
+    # Bytes that are not UTF-8 name file:line.
+    latin1 = tmp_path / "latin1.tsv"
+    latin1.write_bytes(b"sentence\tlabel\ngood\tpos\nna\xefve\tneg\n")
+    r = _datagen("--problem=tsv_classification", f"--train_file={latin1}", f"--vocab_file={vocab}",
+                 f"--data_dir={tmp_path / 'd4'}")
+    assert r.returncode == 1 and f"{latin1}:3: bytes that are not UTF-8" in r.stderr
     # The vocabulary is required and named.
     r = _datagen("--problem=tsv_classification", f"--train_file={train}", f"--data_dir={tmp_path / 'd3'}")
     assert r.returncode == 1 and "--vocab_file is required" in r.stderr
