@@ -241,6 +241,22 @@ def test_eval_reading_gives_every_example_once_in_order(tmp_path, vocab):
     assert problem.label_list(data_dir) == ["neg", "pos"]
 
 
+def test_dev_fraction_holds_out_every_fifth_row_in_file_order(tmp_path, vocab):
+    rows = [["sentence", "label"]] + [[f"row {i}", "ab"[i % 2]] for i in range(11)]
+    train = _write(tmp_path / "train.tsv", rows)
+    problem = cls.TsvClassification(cls.TsvHParams(train_file=train, dev_fraction=0.2, vocab_file=vocab,
+                                                   max_seq_length=8))
+    data_dir = str(tmp_path / "data")
+    problem.generate_data(data_dir, "")
+    # floor((i+1) * 0.2) > floor(i * 0.2) at i = 4 and 9: two dev rows, nine train rows.
+    assert _read_all(problem, data_dir, "dev")["example_index"].tolist() == [4, 9]
+    assert sorted(_read_all(problem, data_dir, "train")["example_index"].tolist()) == [0, 1, 2, 3, 5, 6, 7, 8, 10]
+    assert problem.has_split(data_dir, "dev") and not problem.has_split(data_dir, "test")
+    with pytest.raises(UserError, match="not both"):
+        cls.TsvClassification(cls.TsvHParams(train_file=train, dev_file=train, dev_fraction=0.2,
+                                             vocab_file=vocab)).generate_data(str(tmp_path / "d2"), "")
+
+
 def test_compute_metrics_per_task_type():
     problem = cls.Mrpc(cls.GlueHParams())
     logits = np.array([[2.0, 1.0], [0.0, 3.0], [1.0, 0.5], [0.2, 0.1]])  # predictions 0, 1, 0, 0
@@ -362,11 +378,15 @@ def test_tsv_cli_single_given_labels_regression_multilabel(tmp_path, vocab):
     train = _write(tmp_path / "s.tsv", [["neg", "awful"], ["pos", "lovely"], ["pos", "charming"]])
     d = str(tmp_path / "single")
     r = _datagen("--problem=tsv_classification", f"--train_file={train}", "--has_header=false", "--text_a_column=1",
-                 "--label_column=0", "--labels=pos,neg", f"--vocab_file={vocab}", "--max_seq_length=8", f"--data_dir={d}")
+                 "--label_column=0", "--labels=pos,neg", f"--vocab_file={vocab}", "--max_seq_length=8",
+                 "--dev_fraction=0.34", f"--data_dir={d}")
     assert r.returncode == 0, r.stderr
     recs = _records(os.path.join(folder(d), "*-train-*.tfrecord"), _spec(8, tf.io.FixedLenFeature([], tf.int64)))
-    assert sorted((x["example_index"], x["label_ids"]) for x in recs) == [(0, 1), (1, 0), (2, 0)]
+    assert sorted((x["example_index"], x["label_ids"]) for x in recs) == [(0, 1), (1, 0)]
     assert all(x["segment_ids"] == [0] * 8 for x in recs)
+    # --dev_fraction held out row 2 (floor(3 * 0.34) = 1 row: the first i with floor((i+1)f) > floor(i f)).
+    recs = _records(os.path.join(folder(d), "*-dev-*.tfrecord"), _spec(8, tf.io.FixedLenFeature([], tf.int64)))
+    assert [(x["example_index"], x["label_ids"]) for x in recs] == [(2, 0)]
     # Regression: float labels; a label that is not a number is an error naming file:line.
     reg = _write(tmp_path / "r.tsv", [["sentence", "score"], ["a", "0.5"], ["b", "4"]])
     d = str(tmp_path / "reg")
@@ -387,6 +407,8 @@ def test_tsv_cli_single_given_labels_regression_multilabel(tmp_path, vocab):
     assert r.returncode == 0, r.stderr
     recs = _records(os.path.join(folder(d), "*-dev-*.tfrecord"), _spec(8, tf.io.FixedLenFeature([2], tf.int64)))
     assert [x["label_ids"] for x in recs] == [[1, 1], [1, 0], [0, 0]]  # labels: news, sports
-    problem = cls.TsvClassification(cls.TsvHParams(task_type="multilabel", max_seq_length=8))
+    # A problem built with default settings reads the records as written (bind_data: multilabel, length 8).
+    problem = cls.TsvClassification()
     batch = next(iter(problem.eval_dataset(d, "dev", 8)))
     assert batch["label_ids"].numpy().tolist() == [[1, 1], [1, 0], [0, 0]]
+    assert batch["input_ids"].shape == (3, 8) and problem.task_type == "multilabel" and problem.num_labels(d) == 2
