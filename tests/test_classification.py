@@ -232,6 +232,13 @@ def test_eval_reading_gives_every_example_once_in_order(tmp_path, vocab):
     # The plain Problem.dataset in EVAL mode with drop_remainder=False reads the same.
     ds = problem.dataset(ModeKeys.EVAL, data_dir, DataParams(batch_size=4, drop_remainder=False))
     assert np.concatenate([b["example_index"].numpy() for b in ds]).tolist() == list(range(11))
+    # Two replicas (MirroredStrategy over the 2 logical CPUs of conftest), global batch 4 = 2 per replica:
+    # still every example once; the replicas' batches alternate, so in order replica by replica.
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    dist = strategy.distribute_datasets_from_function(lambda ctx: problem.eval_dataset(data_dir, "dev", 4, ctx))
+    seen = [i for batch in dist for part in strategy.experimental_local_results(batch["example_index"])
+            for i in part.numpy().tolist()]
+    assert seen == list(range(11))
     # Train mode shuffles and repeats: all 11 rows appear over the shards.
     train_ds = problem.dataset(ModeKeys.TRAIN, data_dir, DataParams(batch_size=11, seed=1))
     seen = set()
