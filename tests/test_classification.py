@@ -213,6 +213,25 @@ def test_glue_errors_name_the_flag_and_file(tmp_path, vocab):
         problem.generate_data(str(tmp_path / "d3"), "")
 
 
+def test_glue_qqp_broken_rows_error_or_skip_and_extra_columns_pass(tmp_path, vocab):
+    head = ["id", "qid1", "qid2", "question1", "question2", "is_duplicate"]
+    folder = tmp_path / "QQP"
+    # As in the real QQP train.tsv: a newline inside a question splits one row in two short rows.
+    train = _write(folder / "train.tsv", [head, ["1", "2", "3", "Who came?", "Emma.", "1"],
+                                          ["4", "5", "6", "Was it"], ["", "rain?", "0"],
+                                          ["7", "8", "9", "Why?", "Tea.", "0", "extra column"]])
+    _write(folder / "dev.tsv", [head, ["1", "2", "3", "Who?", "Emma.", "1"]])
+    hp = cls.GlueHParams(glue_dir=str(folder), vocab_file=vocab, max_seq_length=16)
+    with pytest.raises(UserError, match=rf"{train}:3: 4 tab-separated columns, expected 6 .*--on_bad_row=skip"):
+        registry.problem("qqp", hp).generate_data(str(tmp_path / "d1"), "")
+    problem = registry.problem("qqp", cls.GlueHParams(glue_dir=str(folder), vocab_file=vocab, max_seq_length=16,
+                                                      on_bad_row="skip"))
+    problem.generate_data(str(tmp_path / "d2"), "")
+    got = _read_all(problem, str(tmp_path / "d2"), "train")
+    # Two rows kept (the 7-column row too: GLUE readers take columns by position); indexes count kept rows.
+    assert sorted(zip(got["example_index"].tolist(), got["label_ids"].tolist())) == [(0, 1), (1, 0)]
+
+
 # ----------------------------------------------------------------------------------------------- #
 # eval-mode reading: every example once, in file order
 # ----------------------------------------------------------------------------------------------- #
