@@ -75,7 +75,6 @@ Decisions:
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from typing import ClassVar, Iterator, Sequence
 
