@@ -333,6 +333,9 @@ class ClassificationProblem(FinetuneTask, Problem):
             settings = manifest["settings"]
             names = {f.name for f in dataclasses.fields(self.hparams)}
             adopt = {k: settings[k] for k in self.DATA_SETTINGS if k in names and k in settings}
+            # The vocabulary the data was made with, unless this instance names one (export needs it).
+            adopt.update({k: settings[k] for k in ("vocab_file", "sp_model")
+                          if k in names and settings.get(k) and not getattr(self.hparams, k)})
             self.hparams = dataclasses.replace(self.hparams, **adopt)
             self._labels = list(settings["label_list"])
             self._index = None

@@ -435,6 +435,7 @@ def test_tsv_cli_single_given_labels_regression_multilabel(tmp_path, vocab):
     batch = next(iter(problem.eval_dataset(d, "dev", 8)))
     assert batch["label_ids"].numpy().tolist() == [[1, 1], [1, 0], [0, 0]]
     assert batch["input_ids"].shape == (3, 8) and problem.task_type == "multilabel" and problem.num_labels(d) == 2
+    assert problem.hparams.vocab_file == vocab  # the data's vocabulary, for export
 
 
 @pytest.mark.slow
