@@ -303,9 +303,9 @@ class ClassificationProblem(FinetuneTask, Problem):
         """Expected column count of a headerless file (None: the first row's)."""
         return None
 
-    def optional_splits(self) -> set[str]:
-        """Splits skipped (not an error) when their file is absent."""
-        return set()
+    def split_wanted(self, split: str) -> bool:
+        """Whether `split` is made (its input must then exist); default: every split."""
+        return True
 
     @property
     def task_type(self) -> str:  # type: ignore[override]
@@ -436,16 +436,10 @@ class ClassificationProblem(FinetuneTask, Problem):
 
     # ------------------------------------------------------------------ generation side
     def dataset_splits(self) -> list[tuple[str, int]]:
-        out = []
-        for split in self.split_names():
-            try:
-                self.split_paths(split)
-            except UserError:
-                if split in self.optional_splits():
-                    continue
-                raise
-            out.append((split, self.train_shards if split == DatasetSplit.TRAIN else 1))
-        return out
+        splits = [s for s in self.split_names() if self.split_wanted(s)]
+        for split in splits:
+            self.split_paths(split)  # a wanted split's input must exist: an error naming it
+        return [(s, self.train_shards if s == DatasetSplit.TRAIN else 1) for s in splits]
 
     def shuffle_split(self, split: str) -> bool:
         return split == DatasetSplit.TRAIN
@@ -606,8 +600,11 @@ class GlueProblem(ClassificationProblem):
     def split_names(self) -> list[str]:
         return list(self.files)
 
-    def optional_splits(self) -> set[str]:
-        return {s for s in self.files if s.startswith(DatasetSplit.TEST)}
+    def split_wanted(self, split: str) -> bool:
+        """Train and dev always; a test file only when the folder has it (people often have only train/dev)."""
+        if not split.startswith(DatasetSplit.TEST) or not self.hparams.glue_dir:
+            return True
+        return tf.io.gfile.exists(os.path.join(self.hparams.glue_dir, self.files[split].name))
 
     def split_paths(self, split: str) -> list[str]:
         folder = self.hparams.glue_dir
@@ -744,8 +741,12 @@ class TsvClassification(ClassificationProblem):
 
     _FLAGS = {DatasetSplit.TRAIN: "train_file", DatasetSplit.EVAL: "dev_file", DatasetSplit.TEST: "test_file"}
 
-    def optional_splits(self) -> set[str]:
-        return {DatasetSplit.EVAL, DatasetSplit.TEST}
+    def split_wanted(self, split: str) -> bool:
+        """Train always; dev with --dev_file or --dev_fraction; test with --test_file."""
+        hp = self.hparams
+        if split == DatasetSplit.EVAL:
+            return bool(hp.dev_file) or hp.dev_fraction > 0
+        return split == DatasetSplit.TRAIN or bool(hp.test_file)
 
     def split_paths(self, split: str) -> list[str]:
         if split == DatasetSplit.EVAL and self.hparams.dev_fraction > 0:

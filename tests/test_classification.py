@@ -386,6 +386,10 @@ def test_tsv_cli_errors_name_file_line_and_label(tmp_path, vocab):
                  f"--data_dir={tmp_path / 'd2'}")
     assert r.returncode == 1 and f"{bad}:3: 3 tab-separated columns, expected 2" in r.stderr
     assert not tf.io.gfile.glob(str(tmp_path / "d2" / "tsv_classification" / "*.manifest.json"))
+    # A --test_file that does not exist is an error naming it (not a silently absent split).
+    r = _datagen("--problem=tsv_classification", f"--train_file={train}", f"--test_file={tmp_path / 'nope.tsv'}",
+                 f"--vocab_file={vocab}", f"--data_dir={tmp_path / 'd5'}")
+    assert r.returncode == 1 and f"--test_file={tmp_path / 'nope.tsv'}: no file matches" in r.stderr
     # Bytes that are not UTF-8 name file:line.
     latin1 = tmp_path / "latin1.tsv"
     latin1.write_bytes(b"sentence\tlabel\ngood\tpos\nna\xefve\tneg\n")
