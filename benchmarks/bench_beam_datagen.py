@@ -41,12 +41,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CORPORA = os.path.join(ROOT, "..", "shared", "corpora", "en")
 
 
-def make_corpus(path: str, megabytes: float) -> int:
+def make_corpus(path: str, megabytes: float, corpora: str) -> int:
     """Whole documents of the en/ corpora up to `megabytes` MB; returns the bytes written."""
     budget = int(megabytes * 1e6)
     written = 0
     with open(path, "wb") as out:
-        for source in sorted(glob.glob(os.path.join(CORPORA, "*.txt.gz"))):
+        for source in sorted(glob.glob(os.path.join(corpora, "*.txt.gz"))):
             with gzip.open(source, "rb") as f:
                 for line in f:
                     out.write(line)
@@ -159,9 +159,10 @@ def main() -> None:
     parser.add_argument("--vocab_size", type=int, default=30522)
     parser.add_argument("--configs", default="local-1,local-2,beam-1,beam-2")
     parser.add_argument("--work_dir", default="", help="scratch folder (default: a temp dir, removed)")
+    parser.add_argument("--corpora", default=CORPORA, help="folder of *.txt.gz text (default ../shared/corpora/en)")
     args = parser.parse_args()
-    if not os.path.isdir(CORPORA):
-        print(f"{CORPORA} not found: nothing to measure")
+    if not os.path.isdir(args.corpora):
+        print(f"{args.corpora} not found: nothing to measure")
         return
     try:
         import apache_beam  # noqa: F401
@@ -171,8 +172,8 @@ def main() -> None:
     os.makedirs(work, exist_ok=True)
     try:
         corpus = os.path.join(work, "corpus.txt")
-        size = make_corpus(corpus, args.mb)
-        print(f"corpus: {size / 1e6:.1f} MB from {CORPORA}; dupe_factor={args.dupe_factor}, "
+        size = make_corpus(corpus, args.mb, args.corpora)
+        print(f"corpus: {size / 1e6:.1f} MB from {args.corpora}; dupe_factor={args.dupe_factor}, "
               f"num_shards={args.num_shards}, {os.cpu_count()} CPUs (loadavg {os.getloadavg()[0]:.1f})")
         common = ["--problem=bert_pretrain", f"--input_file={corpus}", f"--num_shards={args.num_shards}",
                   f"--dupe_factor={args.dupe_factor}", "--seed=1"]
