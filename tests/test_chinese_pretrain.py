@@ -105,6 +105,31 @@ def test_word_segmenter_needs_whole_word_mask_and_a_known_name():
         bp.BertPretrain(bp.BertPretrainHParams(input_file=TANG, word_segmenter="ltp", do_whole_word_mask=True))
 
 
+# Shards of tests/data/austen_emma.txt (vocab of 800 built here, max_seq_length 64, 10 predictions, dupe_factor 1,
+# one shard, seed 0) as the code made them before --word_segmenter existed (commit 2464e81), per
+# do_whole_word_mask.
+GOLDEN = {False: "0286d943ac6745dd91e83b51080ca71cf21cf5f4d2ad1760028471fde1feab00",
+          True: "5d7bed508858f922dd91a2938f949a0581281da5f051a03cd5f646d1d6aecb1a"}
+
+
+def test_without_a_segmenter_the_shards_are_byte_identical_to_before(tmp_path):
+    """No --word_segmenter: today's bytes. With one on text without CJK characters: the same bytes too (the
+    segmenter only ever groups CJK characters)."""
+    import hashlib
+    emma = os.path.join(HERE, "data", "austen_emma.txt")
+    vocab = text_encoders.build_wordpiece_vocab(emma, vocab_size=800, out_file=str(tmp_path / "vocab.txt"))
+    runs = [(False, ""), (True, ""), (True, "jieba")]
+    for wwm, segmenter in runs:
+        problem = bp.BertPretrain(bp.BertPretrainHParams(
+            input_file=emma, vocab_file=vocab, max_seq_length=64, max_predictions_per_seq=10, dupe_factor=1,
+            do_whole_word_mask=wwm, word_segmenter=segmenter))
+        out = tmp_path / f"{wwm}{segmenter}"
+        manifest = problem.generate_data(str(out), "", num_shards={"train": 1}, seed=0)["train"]
+        shard = out / "bert_pretrain" / "bert_pretrain-train-00000-of-00001.tfrecord"
+        assert hashlib.sha256(shard.read_bytes()).hexdigest() == GOLDEN[wwm], (wwm, segmenter)
+        assert ("word_segmenter" in manifest["settings"]) == bool(segmenter)  # old data dirs stay valid
+
+
 # ----------------------------------------------------------------------------------------------- #
 # masking statistics
 # ----------------------------------------------------------------------------------------------- #
