@@ -19,7 +19,9 @@ Semantics kept from the original (facts, re-implemented; see `create_pairs_from_
   to and including the first [SEP], 1 after.
 - Masking: candidates are all positions except [CLS]/[SEP]; with `do_whole_word_mask` a `##` piece
   joins the group of the piece before it (as in the original, also across the middle [SEP] when B
-  starts with a `##` piece). Groups are visited in random order; a group that would overflow
+  starts with a `##` piece); with `word_segmenter="jieba"` as well a CJK character joins the group of the
+  character before it when jieba puts both in one word (Chinese-BERT-wwm's rule; the characters stay one
+  token each, so the ids are unchanged; framework/word_segmenters.py). Groups are visited in random order; a group that would overflow
   `num_to_predict = min(max_predictions_per_seq, max(1, round(len(tokens) * masked_lm_prob)))` is
   skipped. Each chosen position becomes [MASK] (80 %), stays (10 %) or becomes a uniformly random
   vocabulary id (10 %, any id, as the original's `vocab_words`). Positions are sorted.
