@@ -30,6 +30,12 @@ import numpy as np
 from framework.text_encoders import _is_cjk as _is_cjk_code_point  # bert's _is_chinese_char ranges
 
 SEGMENTERS = ("jieba",)
+# A token id with this bit set is a token that continues the previous token's word. Problems carry the flag in
+# the ids from tokenisation to where the groups are used (bert_pretrain's masking, electra_pretrain's
+# `word_start` feature): it travels through pair making, truncation and overflow cuts with the token itself,
+# without a second array to slice alike, and is taken off before anything is written (vocabularies are far
+# below 2**30 ids).
+WORD_CONTINUES_BIT = 1 << 30
 
 
 def _is_cjk(char: str) -> bool:
@@ -120,3 +126,15 @@ class WordContinuation:
 def _encode(encoder: Any, texts: list[str]) -> list[list[int]]:
     batch = getattr(encoder, "encode_batch", None)
     return list(batch(texts)) if batch is not None else [encoder.encode(t) for t in texts]
+
+
+def mark_continuations(ids: Sequence[Sequence[int]], flags: Sequence[np.ndarray]) -> list[list[int]]:
+    """The lines' ids with WORD_CONTINUES_BIT set where `flags` is True (other ids unchanged)."""
+    return [np.where(f, np.asarray(line, dtype=np.int64) | WORD_CONTINUES_BIT, line).tolist() if len(line)
+            else list(line) for line, f in zip(ids, flags)]
+
+
+def split_continuations(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(ids without the bit, bool array: the token continues the previous token's word)."""
+    ids = np.asarray(ids, dtype=np.int64)
+    return ids & ~WORD_CONTINUES_BIT, (ids & WORD_CONTINUES_BIT) != 0

@@ -21,7 +21,8 @@ Semantics kept from the original (facts, re-implemented; see `create_pairs_from_
   joins the group of the piece before it (as in the original, also across the middle [SEP] when B
   starts with a `##` piece); with `word_segmenter="jieba"` as well a CJK character joins the group of the
   character before it when jieba puts both in one word (Chinese-BERT-wwm's rule; the characters stay one
-  token each, so the ids are unchanged; framework/word_segmenters.py). Groups are visited in random order; a group that would overflow
+  token each, so the ids are unchanged; framework/word_segmenters.py). Groups are visited in random
+  order; a group that would overflow
   `num_to_predict = min(max_predictions_per_seq, max(1, round(len(tokens) * masked_lm_prob)))` is
   skipped. Each chosen position becomes [MASK] (80 %), stays (10 %) or becomes a uniformly random
   vocabulary id (10 %, any id, as the original's `vocab_words`). Positions are sorted.
@@ -184,11 +185,7 @@ def encode_lines(encoder: Any, lines: Sequence[str]) -> list[list[int]]:
     return [encoder.encode(line) for line in lines]
 
 
-# With a word segmenter, a token that continues the previous token's word (a CJK character inside a segmenter
-# word) carries this bit in its id from tokenisation to masking: the flag travels through pair making and
-# truncation with the token itself, without a second array to slice alike. `mask_batch` takes it off before
-# anything is written (vocabularies are far below 2**30 ids).
-WORD_CONTINUES_BIT = 1 << 30
+WORD_CONTINUES_BIT = word_segmenters.WORD_CONTINUES_BIT  # segmenter word continuations (see there)
 
 
 def tokenize_documents(documents: Iterable[Sequence[str]], encoder: Any,
@@ -198,8 +195,7 @@ def tokenize_documents(documents: Iterable[Sequence[str]], encoder: Any,
     for lines in documents:
         ids = encode_lines(encoder, lines)
         if words is not None:
-            ids = [np.where(flags, np.asarray(line, dtype=np.int64) | WORD_CONTINUES_BIT, line).tolist()
-                   if len(line) else line for line, flags in zip(ids, words.flags(lines, ids))]
+            ids = word_segmenters.mark_continuations(ids, words.flags(lines, ids))
         doc = TokenizedDocument.from_sentences(ids)
         if doc is not None:
             yield doc

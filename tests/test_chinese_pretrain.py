@@ -210,6 +210,54 @@ def test_masked_positions_come_in_whole_segmenter_words(tmp_path, request):
     assert open(os.path.join(wwm, "vocab.txt")).read() == open(os.path.join(chars, "vocab.txt")).read()
 
 
+def test_electra_records_carry_word_starts_and_the_model_masks_whole_words(tmp_path):
+    """electra_pretrain --do_whole_word_mask --word_segmenter=jieba: the same input_ids as without, plus
+    `word_start`; the model (which masks in the graph at each step) masks only whole words of it."""
+    from framework.problem import DataParams, ModeKeys
+    from models import electra
+    from problems import electra_pretrain as ep
+
+    flags = [f"--input_file={TANG}", "--vocab_size=1500", f"--max_seq_length={SEQ}", "--num_shards=1"]
+    wwm = run_datagen(tmp_path, "wwm", "electra_pretrain", *flags, "--do_whole_word_mask", "--word_segmenter=jieba")
+    plain = run_datagen(tmp_path, "plain", "electra_pretrain", *flags)
+
+    def batches(folder: str, **hp) -> dict:
+        problem = ep.ElectraPretrain(ep.ElectraPretrainHParams(input_file=TANG, max_seq_length=SEQ, **hp))
+        ds = problem.dataset(ModeKeys.EVAL, os.path.dirname(folder), DataParams(batch_size=1000, shuffle=False,
+                                                                                 drop_remainder=False),
+                             split="train")
+        return next(iter(ds))
+
+    with_words, without = batches(wwm), batches(plain)  # the reader follows the data, not its own flags
+    assert "word_start" in with_words and "word_start" not in without
+    np.testing.assert_array_equal(with_words["input_ids"].numpy(), without["input_ids"].numpy())
+    starts = with_words["word_start"].numpy()
+    real = with_words["input_mask"].numpy() == 1
+    assert 0.2 < (starts[real] == 0).mean() < 0.6  # Tang verse: many two- and three-character words
+
+    encoder = text_encoders.WordpieceEncoder(os.path.join(wwm, "vocab.txt"))
+    special = {t: encoder.special_ids[t] for t in ep.SPECIAL_TOKENS}
+    config = electra.ElectraConfig(vocab_size=encoder.vocab_size, hidden_size=32, num_hidden_layers=1,
+                                   num_attention_heads=2, intermediate_size=64, max_position_embeddings=SEQ)
+    model = electra.ElectraPretrainer(config, special_ids=special)
+    out = model(with_words, training=True)
+    positions = out["masked"].positions.numpy()
+    weights = out["masked"].weights.numpy()
+    ids = with_words["input_ids"].numpy()
+    word = np.cumsum(starts, axis=1) - 1
+    partial, multi = 0, 0
+    for row in range(len(ids)):
+        chosen = set(positions[row][weights[row] > 0].tolist())
+        for w in {word[row, p] for p in chosen}:
+            members = {p for p in np.nonzero(word[row] == w)[0].tolist()
+                       if ids[row, p] not in special.values()}
+            partial += not members <= chosen
+            multi += len(members) > 1
+    assert partial == 0 and multi > 50
+    budget = np.clip(np.round(real.sum(1) * 0.15), 1, int((0.15 + 0.005) * SEQ))
+    assert weights.sum() > 0.85 * budget.sum()  # words that would overflow are skipped, smaller ones still fit
+
+
 # ----------------------------------------------------------------------------------------------- #
 # all three pretraining problems on Chinese text
 # ----------------------------------------------------------------------------------------------- #
