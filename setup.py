@@ -29,7 +29,11 @@ setup(
     ],
     extras_require={
         "test": ["pytest>=7"],
-        "beam": ["apache-beam"],
+        # textrain-datagen --runner=beam (docs/BEAM.md). 2.77 needs protobuf<7 (6.33), which TF 2.21 accepts
+        # (>=6.31.1,<8): verified together with TF 2.21.0.
+        "beam": ["apache-beam>=2.77,<3"],
+        # --word_segmenter=jieba (Chinese whole-word masking; pure Python).
+        "zh": ["jieba>=0.42"],
     },
     entry_points={
         "console_scripts": [

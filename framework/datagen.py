@@ -32,6 +32,12 @@ flags.DEFINE_integer("num_shards", None, "Train shards (default: the problem's c
 flags.DEFINE_bool("overwrite", False, "Regenerate even complete splits.")
 flags.DEFINE_bool("vocab_only", False, "Only build the vocabulary (run once before multi-task datagen).")
 flags.DEFINE_string("usr_dir", None, "Directory (Python package) of your own problems to import.")
+flags.DEFINE_enum("runner", "local", ["local", "beam"],
+                  "local: --num_workers processes on this machine; beam: an Apache Beam pipeline "
+                  "(pip install 'textrain[beam]'; docs/BEAM.md), configured by --beam_pipeline_options.")
+flags.DEFINE_string("beam_pipeline_options", "",
+                    "With --runner=beam: Beam pipeline options as one string, e.g. \"--runner=DirectRunner "
+                    "--direct_num_workers=2 --direct_running_mode=multi_processing\" (docs/BEAM.md).")
 
 
 def _summary(problem, data_dir: str, manifests: dict, seconds: float) -> str:
@@ -47,6 +53,23 @@ def os_stat(path: str) -> int:
     import tensorflow as tf
 
     return tf.io.gfile.stat(path).length
+
+
+def _generate_with_beam(problem, num_shards: dict | None) -> dict:
+    """--runner=beam (framework/beam_datagen.py): Beam is imported here only, so the core package
+    does not need it. The runner spreads the shards itself: --num_workers/--task_id do not apply."""
+    if FLAGS.num_workers != 1 or FLAGS.task_id is not None or FLAGS.num_tasks != 1:
+        raise cli.UserError("--num_workers, --task_id and --num_tasks are for --runner=local; with "
+                            "--runner=beam set workers in --beam_pipeline_options (e.g. "
+                            "--direct_num_workers=2, or your Flink/Spark/Dataflow cluster's)")
+    try:
+        from framework import beam_datagen
+    except ImportError as e:
+        raise cli.UserError(f"--runner=beam needs Apache Beam ({e}); install it with "
+                            f"pip install 'textrain[beam]'") from None
+    return beam_datagen.generate_data(problem, FLAGS.data_dir, FLAGS.tmp_dir,
+                                      options=FLAGS.beam_pipeline_options, seed=FLAGS.seed,
+                                      overwrite=FLAGS.overwrite, num_shards=num_shards)
 
 
 def main(argv: list[str]) -> None:
@@ -67,9 +90,12 @@ def main(argv: list[str]) -> None:
         return
     num_shards = {"train": FLAGS.num_shards} if FLAGS.num_shards else None
     try:
-        manifests = problem.generate_data(FLAGS.data_dir, FLAGS.tmp_dir, num_workers=FLAGS.num_workers,
-                                          task_id=FLAGS.task_id, num_tasks=FLAGS.num_tasks,
-                                          seed=FLAGS.seed, overwrite=FLAGS.overwrite, num_shards=num_shards)
+        if FLAGS.runner == "beam":
+            manifests = _generate_with_beam(problem, num_shards)
+        else:
+            manifests = problem.generate_data(FLAGS.data_dir, FLAGS.tmp_dir, num_workers=FLAGS.num_workers,
+                                              task_id=FLAGS.task_id, num_tasks=FLAGS.num_tasks,
+                                              seed=FLAGS.seed, overwrite=FLAGS.overwrite, num_shards=num_shards)
     except (ValueError, FileNotFoundError) as e:  # bad input: a clear message, no traceback
         raise cli.UserError(str(e)) from None
     print(_summary(problem, FLAGS.data_dir, manifests, time.time() - start))

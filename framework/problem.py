@@ -22,6 +22,7 @@ import hashlib
 import json
 import multiprocessing
 import os
+import pickle
 import random
 import sys
 import time
@@ -233,7 +234,9 @@ class Problem:
 # The generate_data driver
 # =============================================================================================== #
 @dataclasses.dataclass(frozen=True)
-class _ShardJob:
+class ShardJob:
+    """One unit of work: one output shard of one split."""
+
     split: str
     shard_id: int
     num_shards: int
@@ -241,7 +244,34 @@ class _ShardJob:
     settings_hash: str
 
 
-def _run_shard(problem: Problem, data_dir: str, tmp_dir: str, seed: int, job: _ShardJob) -> dict:
+@dataclasses.dataclass(frozen=True)
+class ProblemSpec:
+    """What another process needs to rebuild this process's problem: its class by import path and its
+    hparams as pickled bytes (unpickled only after `sys_path` is in place, so problems from --usr_dir
+    resolve). Used by the local worker pool and the Beam runner (framework/beam_datagen.py)."""
+
+    sys_path: tuple[str, ...]
+    module: str
+    qualname: str
+    hparams: bytes
+
+    @classmethod
+    def of(cls, problem: Problem) -> "ProblemSpec":
+        kind = type(problem)
+        return cls(tuple(sys.path), kind.__module__, kind.__qualname__, pickle.dumps(problem.hparams))
+
+    def build(self) -> Problem:
+        import importlib
+
+        sys.path[:0] = [p for p in self.sys_path if p not in sys.path]
+        kind: Any = importlib.import_module(self.module)
+        for part in self.qualname.split("."):
+            kind = getattr(kind, part)
+        return kind(pickle.loads(self.hparams))
+
+
+def run_shard_job(problem: Problem, data_dir: str, tmp_dir: str, seed: int, job: ShardJob) -> dict:
+    """Generate and write one shard (atomically): THE per-shard code of every runner (local and Beam)."""
     samples = problem.generate_shard(data_dir, tmp_dir, job.split, job.shard_id, job.num_shards, seed)
     rng = shard_rng(seed, job.split + "/shuffle", job.shard_id) if problem.shuffle_split(job.split) else None
     start = time.time()
@@ -254,21 +284,14 @@ def _run_shard(problem: Problem, data_dir: str, tmp_dir: str, seed: int, job: _S
 _WORKER: dict[str, Any] = {}
 
 
-def _init_worker(sys_path: list[str], module: str, qualname: str, hparams: Any, data_dir: str,
-                 tmp_dir: str, seed: int) -> None:
-    sys.path[:] = sys_path
+def _init_worker(spec: ProblemSpec, data_dir: str, tmp_dir: str, seed: int) -> None:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    import importlib
-
-    cls = importlib.import_module(module)
-    for part in qualname.split("."):
-        cls = getattr(cls, part)
-    _WORKER.update(problem=cls(hparams), data_dir=data_dir, tmp_dir=tmp_dir, seed=seed)
+    _WORKER.update(problem=spec.build(), data_dir=data_dir, tmp_dir=tmp_dir, seed=seed)
 
 
-def _worker_run(job: _ShardJob) -> dict:
+def _worker_run(job: ShardJob) -> dict:
     w = _WORKER
-    return _run_shard(w["problem"], w["data_dir"], w["tmp_dir"], w["seed"], job)
+    return run_shard_job(w["problem"], w["data_dir"], w["tmp_dir"], w["seed"], job)
 
 
 def _split_status(problem: Problem, data_dir: str, split: str, settings: dict, seed: int,
@@ -293,14 +316,22 @@ def _split_status(problem: Problem, data_dir: str, split: str, settings: dict, s
     return "complete"
 
 
-def generate_data(problem: Problem, data_dir: str, tmp_dir: str, *, num_workers: int = 1,
-                  task_id: int | None = None, num_tasks: int = 1, seed: int = 0, overwrite: bool = False,
-                  num_shards: dict[str, int] | None = None, progress_every: float = 10.0
-                  ) -> dict[str, dict]:
-    """Make every split's shards (this task's share of them) and, when all exist, its manifest.
+@dataclasses.dataclass
+class GenerationPlan:
+    """What is left to do: the splits (name, shards), those without a manifest, their settings (the
+    manifest's), and the shard jobs of this task. Plain data: it pickles to Beam workers."""
 
-    Returns {split: manifest} for the splits that are complete after this call.
-    """
+    splits: list[tuple[str, int]]
+    pending: list[str]
+    settings: dict
+    seed: int
+    jobs: list[ShardJob]
+
+
+def plan_generation(problem: Problem, data_dir: str, tmp_dir: str, *, task_id: int | None = None,
+                    num_tasks: int = 1, seed: int = 0, overwrite: bool = False,
+                    num_shards: dict[str, int] | None = None) -> GenerationPlan:
+    """Build the vocabulary (`prepare`, here, once) and list the shards still to make."""
     if num_tasks < 1 or (task_id is not None and not 0 <= task_id < num_tasks):
         raise ValueError(f"--task_id must be in [0, --num_tasks={num_tasks}), got {task_id}")
     out_dir = problem.problem_dir(data_dir)
@@ -310,27 +341,33 @@ def generate_data(problem: Problem, data_dir: str, tmp_dir: str, *, num_workers:
     settings = problem.manifest_settings(data_dir)
 
     splits = [(s, (num_shards or {}).get(s, n)) for s, n in problem.dataset_splits()]
-    jobs: list[_ShardJob] = []
-    pending: set[str] = set()  # splits without a manifest
+    jobs: list[ShardJob] = []
+    pending: list[str] = []  # splits without a manifest
     for split, n in splits:
         split_settings = dict(settings, num_shards=n)
         if _split_status(problem, data_dir, split, split_settings, seed, overwrite) == "complete":
             logging.info("%s-%s is complete; skipping", problem.name, split)
             continue
         h = settings_hash(dict(split_settings, seed=seed))
-        pending.add(split)
+        pending.append(split)
         for i in range(n):
             path = os.path.join(out_dir, records.shard_filename(problem.name, split, i, n))
             if task_id is not None and i % num_tasks != task_id:
                 continue
             if overwrite or records.completed_shard_stats(path, h) is None:
-                jobs.append(_ShardJob(split, i, n, path, h))
+                jobs.append(ShardJob(split, i, n, path, h))
+    return GenerationPlan(splits, pending, settings, seed, jobs)
 
-    _run_jobs(problem, data_dir, tmp_dir, seed, jobs, num_workers, progress_every)
 
+def write_manifests(problem: Problem, data_dir: str, plan: GenerationPlan) -> dict[str, dict]:
+    """Write the manifest of every pending split whose shards ALL exist on disk (checked here, from the
+    files' stats sidecars, not from what a caller says it wrote); returns {split: manifest} of the
+    complete splits."""
+    out_dir = problem.problem_dir(data_dir)
+    settings, seed = plan.settings, plan.seed
     manifests = {}
-    for split, n in splits:
-        if split not in pending:
+    for split, n in plan.splits:
+        if split not in plan.pending:
             manifests[split] = problem.read_manifest(data_dir, split)
             continue
         h = settings_hash(dict(settings, num_shards=n, seed=seed))
@@ -351,7 +388,22 @@ def generate_data(problem: Problem, data_dir: str, tmp_dir: str, *, num_workers:
     return manifests
 
 
-def _run_jobs(problem: Problem, data_dir: str, tmp_dir: str, seed: int, jobs: list[_ShardJob],
+def generate_data(problem: Problem, data_dir: str, tmp_dir: str, *, num_workers: int = 1,
+                  task_id: int | None = None, num_tasks: int = 1, seed: int = 0, overwrite: bool = False,
+                  num_shards: dict[str, int] | None = None, progress_every: float = 10.0
+                  ) -> dict[str, dict]:
+    """Make every split's shards (this task's share of them) and, when all exist, its manifest.
+
+    Returns {split: manifest} for the splits that are complete after this call. The Beam runner
+    (framework/beam_datagen.py) runs the same three steps: plan, run_shard_job per shard, write_manifests.
+    """
+    plan = plan_generation(problem, data_dir, tmp_dir, task_id=task_id, num_tasks=num_tasks, seed=seed,
+                           overwrite=overwrite, num_shards=num_shards)
+    _run_jobs(problem, data_dir, tmp_dir, seed, plan.jobs, num_workers, progress_every)
+    return write_manifests(problem, data_dir, plan)
+
+
+def _run_jobs(problem: Problem, data_dir: str, tmp_dir: str, seed: int, jobs: list[ShardJob],
               num_workers: int, progress_every: float) -> None:
     if not jobs:
         return
@@ -371,7 +423,7 @@ def _run_jobs(problem: Problem, data_dir: str, tmp_dir: str, seed: int, jobs: li
 
     if num_workers <= 1 or len(jobs) == 1:
         for i, job in enumerate(jobs, 1):
-            report(i, _run_shard(problem, data_dir, tmp_dir, seed, job))
+            report(i, run_shard_job(problem, data_dir, tmp_dir, seed, job))
         return
     if "forkserver" in multiprocessing.get_all_start_methods():
         # The fork server imports TensorFlow and the problem once (no TF runtime started); workers
@@ -380,8 +432,7 @@ def _run_jobs(problem: Problem, data_dir: str, tmp_dir: str, seed: int, jobs: li
         ctx.set_forkserver_preload(["tensorflow", type(problem).__module__])
     else:
         ctx = multiprocessing.get_context("spawn")
-    cls = type(problem)
-    init = (list(sys.path), cls.__module__, cls.__qualname__, problem.hparams, data_dir, tmp_dir, seed)
+    init = (ProblemSpec.of(problem), data_dir, tmp_dir, seed)
     with ctx.Pool(min(num_workers, len(jobs)), initializer=_init_worker, initargs=init) as pool:
         for i, stats in enumerate(pool.imap_unordered(_worker_run, jobs), 1):
             report(i, stats)

@@ -195,8 +195,12 @@ def scatter_positions(values: tf.Tensor, positions: tf.Tensor, weights: tf.Tenso
 
 
 def mask_tokens(input_ids: tf.Tensor, input_mask: tf.Tensor, *, num_predictions: int, mask_prob: float,
-                mask_id: int, ignore_ids: Iterable[int], rng: tf.random.Generator | None = None) -> MaskedInputs:
-    """ELECTRA's dynamic masking (see the module docstring), positions drawn without replacement."""
+                mask_id: int, ignore_ids: Iterable[int], rng: tf.random.Generator | None = None,
+                word_start: tf.Tensor | None = None) -> MaskedInputs:
+    """ELECTRA's dynamic masking (see the module docstring), positions drawn without replacement.
+
+    With `word_start` ([B, L], 1 where a token starts a word: records of electra_pretrain
+    --do_whole_word_mask) whole words are masked instead (`_whole_word_scores`)."""
     input_ids = tf.cast(input_ids, tf.int32)
     length = input_ids.shape[1]
     if length is None:
@@ -213,6 +217,8 @@ def mask_tokens(input_ids: tf.Tensor, input_mask: tf.Tensor, *, num_predictions:
     quota = tf.minimum(quota, tf.reduce_sum(tf.cast(candidates, tf.int32), axis=-1))
     batch = tf.shape(input_ids)[0]
     scores = tf.where(candidates, _gumbel([batch, length], rng), tf.constant(-1e9, tf.float32))
+    if word_start is not None:
+        scores, quota = _whole_word_scores(scores, candidates, word_start, quota, _gumbel([batch, length], rng))
     _, positions = tf.math.top_k(scores, k=num_predictions)  # candidates first, in random order
     used = tf.sequence_mask(quota, num_predictions)
     positions = tf.where(used, positions, 0)
@@ -222,6 +228,38 @@ def mask_tokens(input_ids: tf.Tensor, input_mask: tf.Tensor, *, num_predictions:
     _, to_mask = scatter_positions(tf.zeros_like(positions), positions, tf.cast(show_mask, tf.float32), length)
     masked_ids = tf.where(to_mask, tf.constant(mask_id, tf.int32), input_ids)
     return MaskedInputs(tf.stop_gradient(masked_ids), positions, label_ids, weights)
+
+
+def _whole_word_scores(token_scores: tf.Tensor, candidates: tf.Tensor, word_start: tf.Tensor, quota: tf.Tensor,
+                       word_keys: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """BERT's whole-word choice in the graph: words in a uniformly random order (`word_keys`, one random key
+    per word slot), a word that would overflow the quota skipped and later ones still tried (bert_pretrain's
+    rule). Returns token scores that rank the chosen tokens first (the others -1e9) and their number (the new
+    quota, <= the old).
+
+    A word is a token with word_start = 1 and the tokens after it with 0; its size counts its candidate
+    tokens only, so [CLS]/[SEP] or a word cut at an example's start never block others.
+    """
+    batch, length = tf.shape(token_scores)[0], token_scores.shape[1]
+    word = tf.maximum(tf.cumsum(tf.cast(word_start, tf.int32), axis=1) - 1, 0)          # [B, L] word index
+    flat = word + tf.range(batch)[:, tf.newaxis] * length
+    sizes = tf.reshape(tf.math.unsorted_segment_sum(tf.cast(candidates, tf.int32), flat, batch * length),
+                       [batch, length])                                                  # [B, W] candidates
+    keys = tf.where(sizes > 0, word_keys, tf.constant(-2e9, tf.float32))
+    order = tf.argsort(keys, axis=1, direction="DESCENDING")                             # visit order
+    sorted_sizes = tf.gather(sizes, order, batch_dims=1)
+
+    def visit(count: tf.Tensor, size: tf.Tensor) -> tf.Tensor:  # one word per step, all rows at once
+        take = (size > 0) & (count + size <= quota)
+        return count + tf.where(take, size, 0)
+
+    counts = tf.scan(visit, tf.transpose(sorted_sizes), initializer=tf.zeros_like(quota))  # [W, B] running
+    before = tf.concat([tf.zeros_like(quota)[tf.newaxis], counts[:-1]], axis=0)
+    taken_sorted = tf.transpose(counts > before)                                           # [B, W]
+    taken = tf.gather(taken_sorted, tf.argsort(order, axis=1), batch_dims=1)              # by word index
+    chosen = candidates & tf.gather(taken, word, batch_dims=1)
+    scores = tf.where(chosen, token_scores, tf.constant(-1e9, tf.float32))
+    return scores, tf.reduce_sum(tf.cast(chosen, tf.int32), axis=1)
 
 
 def sample_tokens(logits: tf.Tensor, temperature: float = 1.0, disallow_ids: tf.Tensor | None = None,
@@ -323,7 +361,8 @@ class ElectraPretrainer(TrainableModel):
         obj, ids = self.objective, self.special_ids
         masked = mask_tokens(input_ids, input_mask, num_predictions=obj.max_predictions(input_ids.shape[1]),
                              mask_prob=obj.mask_prob, mask_id=ids["[MASK]"],
-                             ignore_ids=[ids[t] for t in ("[PAD]", "[CLS]", "[SEP]", "[MASK]")], rng=rng)
+                             ignore_ids=[ids[t] for t in ("[PAD]", "[CLS]", "[SEP]", "[MASK]")], rng=rng,
+                             word_start=features.get("word_start"))  # whole-word data (electra_pretrain)
         mlm_logits = self.generator_logits(masked.input_ids, input_mask, segment_ids, masked.positions, training)
         sampled = sample_tokens(mlm_logits, obj.temperature,
                                 masked.label_ids if obj.disallow_correct else None, rng)

@@ -19,7 +19,10 @@ Semantics kept from the original (facts, re-implemented; see `create_pairs_from_
   to and including the first [SEP], 1 after.
 - Masking: candidates are all positions except [CLS]/[SEP]; with `do_whole_word_mask` a `##` piece
   joins the group of the piece before it (as in the original, also across the middle [SEP] when B
-  starts with a `##` piece). Groups are visited in random order; a group that would overflow
+  starts with a `##` piece); with `word_segmenter="jieba"` as well a CJK character joins the group of the
+  character before it when jieba puts both in one word (Chinese-BERT-wwm's rule; the characters stay one
+  token each, so the ids are unchanged; framework/word_segmenters.py). Groups are visited in random
+  order; a group that would overflow
   `num_to_predict = min(max_predictions_per_seq, max(1, round(len(tokens) * masked_lm_prob)))` is
   skipped. Each chosen position becomes [MASK] (80 %), stays (10 %) or becomes a uniformly random
   vocabulary id (10 %, any id, as the original's `vocab_words`). Positions are sorted.
@@ -76,7 +79,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from framework import corpus
+from framework import corpus, word_segmenters
 from framework.problem import shard_np_rng, shard_rng
 from framework.registry import register_problem
 from framework.text_problems import WordpieceCorpusProblem, select_documents
@@ -106,6 +109,8 @@ class BertPretrainHParams:
                                       "may give fewer; the manifest records the real size).")
     do_lower_case: bool = _setting(True, "Lower-case and strip accents (uncased models).")
     do_whole_word_mask: bool = _setting(False, "Mask whole words (a piece and its ## continuations).")
+    word_segmenter: str = _setting("", "With --do_whole_word_mask: 'jieba' groups CJK characters (one token "
+                                       "each) by the segmenter's words, as Chinese-BERT-wwm; empty: ## only.")
     max_seq_length: int = _setting(128, "Tokens per example, [CLS] and [SEP]s included.")
     max_predictions_per_seq: int = _setting(20, "Most masked-LM predictions per example.")
     random_seed: int = _setting(12345, "Seed of the original script; folded together with --seed.")
@@ -133,6 +138,10 @@ class BertPretrainHParams:
              f"--vocab_size must be >= 10 to build a vocab, got {self.vocab_size}"),
             (self.on_bad_utf8 in corpus.BAD_UTF8_POLICIES,
              f"--on_bad_utf8 must be one of {corpus.BAD_UTF8_POLICIES}, got {self.on_bad_utf8!r}"),
+            (self.word_segmenter in ("", *word_segmenters.SEGMENTERS),
+             f"--word_segmenter must be one of {word_segmenters.SEGMENTERS} or empty, got {self.word_segmenter!r}"),
+            (not self.word_segmenter or self.do_whole_word_mask,
+             "--word_segmenter only decides the groups of whole-word masking: add --do_whole_word_mask"),
         ]
         for ok, message in checks:
             if not ok:
@@ -176,10 +185,18 @@ def encode_lines(encoder: Any, lines: Sequence[str]) -> list[list[int]]:
     return [encoder.encode(line) for line in lines]
 
 
-def tokenize_documents(documents: Iterable[Sequence[str]], encoder: Any) -> Iterator[TokenizedDocument]:
-    """Text documents (lists of lines) -> TokenizedDocument; documents left empty are dropped."""
+WORD_CONTINUES_BIT = word_segmenters.WORD_CONTINUES_BIT  # segmenter word continuations (see there)
+
+
+def tokenize_documents(documents: Iterable[Sequence[str]], encoder: Any,
+                       words: word_segmenters.WordContinuation | None = None) -> Iterator[TokenizedDocument]:
+    """Text documents (lists of lines) -> TokenizedDocument; documents left empty are dropped. With `words`,
+    the ids of tokens continuing a segmenter word carry WORD_CONTINUES_BIT (ids otherwise unchanged)."""
     for lines in documents:
-        doc = TokenizedDocument.from_sentences(encode_lines(encoder, lines))
+        ids = encode_lines(encoder, lines)
+        if words is not None:
+            ids = word_segmenters.mark_continuations(ids, words.flags(lines, ids))
+        doc = TokenizedDocument.from_sentences(ids)
         if doc is not None:
             yield doc
 
@@ -358,14 +375,16 @@ def _choose_positions_per_token(cand: np.ndarray, budget: np.ndarray, max_predic
 
 
 def _choose_whole_words(input_ids: np.ndarray, cand: np.ndarray, budget: np.ndarray, vocab: Vocabulary,
-                        rng: np.random.Generator) -> np.ndarray:
-    """bool [B, L]: whole words (a piece plus its following `##` pieces), visited in random order;
-    a word that would overflow the budget is skipped and the next ones still tried, as in the original."""
+                        rng: np.random.Generator, continues: np.ndarray | None = None) -> np.ndarray:
+    """bool [B, L]: whole words (a piece plus its following `##` pieces, and with a word segmenter a CJK
+    character plus the following characters of its word: `continues`), visited in random order; a word that
+    would overflow the budget is skipped and the next ones still tried, as in the original."""
     num_rows, length = cand.shape
     pos = np.arange(length)[None, :]
-    # A candidate starts a word unless it is a ## piece after another candidate; position 1 (the
-    # first candidate) always starts one.
-    starts = cand & (~vocab.is_subword[input_ids] | (pos == 1))
+    # A candidate starts a word unless it is a ## piece (or a flagged continuation) after another candidate;
+    # position 1 (the first candidate) always starts one.
+    joins = vocab.is_subword[input_ids] if continues is None else vocab.is_subword[input_ids] | continues
+    starts = cand & (~joins | (pos == 1))
     word = np.where(cand, np.cumsum(starts, axis=1) - 1, 0)
     num_words = starts.sum(axis=1)
     width = max(1, int(num_words.max(initial=0)))
@@ -404,12 +423,13 @@ class MaskedBatch:
 def mask_batch(batch: PairBatch, vocab: Vocabulary, masked_lm_prob: float, max_predictions: int,
                whole_word: bool, rng: np.random.Generator) -> MaskedBatch:
     """Choose and replace the masked-LM positions of every pair of the batch."""
-    ids = batch.input_ids
+    continues = (batch.input_ids & WORD_CONTINUES_BIT) != 0  # set only with a word segmenter
+    ids = batch.input_ids & ~WORD_CONTINUES_BIT
     num_rows, length = ids.shape
     cand = candidate_mask(batch)
     budget = num_to_predict(batch.num_tokens, masked_lm_prob, max_predictions)
     if whole_word:
-        chosen = _choose_whole_words(ids, cand, budget, vocab, rng)
+        chosen = _choose_whole_words(ids, cand, budget, vocab, rng, continues if continues.any() else None)
     else:
         chosen = _choose_positions_per_token(cand, budget, max_predictions, rng)
     counts = chosen.sum(axis=1)
@@ -498,12 +518,29 @@ class BertPretrain(WordpieceCorpusProblem):
     def feature_encoders(self, data_dir: str) -> dict[str, Any]:
         return {"inputs": self.encoder(data_dir)}
 
+    def manifest_settings(self, data_dir: str) -> dict:
+        """Without a segmenter the settings are what they were before --word_segmenter existed (old data
+        dirs stay valid); with one, its version too (its dictionary decides the groups)."""
+        settings = super().manifest_settings(data_dir)
+        if self.hparams.word_segmenter:
+            settings["word_segmenter_version"] = word_segmenters.load_segmenter(self.hparams.word_segmenter)[1]
+        else:
+            settings.pop("word_segmenter", None)
+        return settings
+
     def shard_documents(self, data_dir: str, split: str, shard_id: int,
                         num_shards: int) -> list[TokenizedDocument]:
         """Stream the corpus, tokenizing only this shard's documents."""
         docs = corpus.read_documents(self.input_paths(), self.hparams.on_bad_utf8)
         mine = select_documents(docs, split, shard_id, num_shards, self.hparams.dev_fraction)
-        return list(tokenize_documents(mine, self.encoder(data_dir)))
+        encoder = self.encoder(data_dir)
+        words = (word_segmenters.WordContinuation(self.hparams.word_segmenter, encoder)
+                 if self.hparams.word_segmenter else None)
+        documents = list(tokenize_documents(mine, encoder, words))
+        if words is not None and words.misaligned_lines:
+            logging.warning("%s-%s shard %d: %d lines could not be aligned with %s; their characters are "
+                            "masked one by one", self.name, split, shard_id, words.misaligned_lines, words.version)
+        return documents
 
     def generate_shard(self, data_dir: str, tmp_dir: str, split: str, shard_id: int, num_shards: int,
                        seed: int) -> Iterator[dict]:

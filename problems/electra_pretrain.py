@@ -2,7 +2,10 @@
 
 Each example is `[CLS] A [SEP] (B [SEP])` padded to `max_seq_length`, written as the original's three int64
 features `input_ids`, `input_mask`, `segment_ids` (so the original `pretrain_data.py` reads our records). Masking is
-NOT done here: ELECTRA masks dynamically in the graph (models/electra.py).
+NOT done here: ELECTRA masks dynamically in the graph (models/electra.py). Whole-word masking (not in the original;
+`do_whole_word_mask`, with `word_segmenter="jieba"` for Chinese as Chinese-BERT-wwm) therefore needs the word groups
+in the records: a fourth int64 feature `word_start` (1 = the token starts a word; 0 = a `##` piece or a CJK character
+inside a segmenter word), which the reader adds when the manifest says so and the model then masks by.
 
 Semantics kept from the original `ExampleBuilder` (facts, re-implemented):
 - Sentences (lines) of one document are accumulated until their token count reaches the target length, then one
@@ -41,13 +44,14 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import random
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
+import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from framework import corpus, text_encoders
-from framework.problem import shard_rng
+from framework import corpus, text_encoders, word_segmenters
+from framework.problem import DatasetSplit, ModeKeys, shard_rng
 from framework.flags import help_text
 from framework.registry import register_problem
 from framework.text_problems import WordpieceCorpusProblem, select_documents
@@ -236,6 +240,11 @@ class ElectraPretrainHParams:
     on_bad_utf8: str = dataclasses.field(default="error", metadata=help_text("error | replace | skip"))
     dev_fraction: float = dataclasses.field(default=0.0, metadata=help_text(
         "Share of documents held out as the dev split (0: train only, as the original)."))
+    do_whole_word_mask: bool = dataclasses.field(default=False, metadata=help_text(
+        "Also write `word_start` (1 = the token starts a word, 0 = it continues one: a ## piece, or with "
+        "--word_segmenter a CJK character inside a segmenter word); the model then masks whole words."))
+    word_segmenter: str = dataclasses.field(default="", metadata=help_text(
+        "With --do_whole_word_mask: 'jieba' groups CJK characters by jieba's words (Chinese-BERT-wwm)."))
 
     def validate(self) -> None:
         """Refuse settings the builder cannot honour, naming the flag."""
@@ -247,6 +256,10 @@ class ElectraPretrainHParams:
              f"--vocab_size must be > 5 to build a vocab, got {self.vocab_size}"),
             (self.on_bad_utf8 in corpus.BAD_UTF8_POLICIES,
              f"--on_bad_utf8 must be one of {corpus.BAD_UTF8_POLICIES}, got {self.on_bad_utf8!r}"),
+            (self.word_segmenter in ("", *word_segmenters.SEGMENTERS),
+             f"--word_segmenter must be one of {word_segmenters.SEGMENTERS} or empty, got {self.word_segmenter!r}"),
+            (not self.word_segmenter or self.do_whole_word_mask,
+             "--word_segmenter only decides the groups of whole-word masking: add --do_whole_word_mask"),
             (self.strip_accents or not self.do_lower_case or _encoder_has_strip_accents(),
              "--nostrip_accents with --do_lower_case is not supported by framework.text_encoders."
              "WordpieceEncoder (it always strips accents when lower-casing, as BERT's tokenizer)"),
@@ -282,10 +295,34 @@ class ElectraPretrain(WordpieceCorpusProblem):
         return {"input_ids": self.encoder(data_dir)}
 
     def manifest_settings(self, data_dir: str) -> dict:
-        """Also the special ids the model masks with."""
+        """Also the special ids the model masks with. The whole-word settings appear only when used (data
+        dirs made before they existed stay valid), with the segmenter's version (its dictionary decides)."""
         encoder = self.encoder(data_dir)
-        return dict(super().manifest_settings(data_dir),
-                    special_ids={t: int(encoder.special_ids[t]) for t in SPECIAL_TOKENS})
+        settings = dict(super().manifest_settings(data_dir),
+                        special_ids={t: int(encoder.special_ids[t]) for t in SPECIAL_TOKENS})
+        if not self.hparams.do_whole_word_mask:
+            settings.pop("do_whole_word_mask", None)
+        if self.hparams.word_segmenter:
+            settings["word_segmenter_version"] = word_segmenters.load_segmenter(self.hparams.word_segmenter)[1]
+        else:
+            settings.pop("word_segmenter", None)
+        return settings
+
+    def word_continuations(self, encoder: Any) -> Callable[[Sequence[str]], list[list[int]]]:
+        """lines -> ids, with WORD_CONTINUES_BIT on ## pieces and (with a segmenter) on CJK characters that
+        continue a segmenter word (framework/word_segmenters.py)."""
+        tokens = encoder.convert_ids_to_tokens(list(range(encoder.vocab_size)))
+        is_subword = np.array([t.startswith("##") for t in tokens], dtype=bool)
+        words = (word_segmenters.WordContinuation(self.hparams.word_segmenter, encoder)
+                 if self.hparams.word_segmenter else None)
+
+        def encode(lines: Sequence[str]) -> list[list[int]]:
+            ids = encode_lines(encoder, lines)
+            flags = words.flags(lines, ids) if words else [np.zeros(len(i), dtype=bool) for i in ids]
+            flags = [f | is_subword[np.asarray(i, dtype=np.int64)] if len(i) else f for f, i in zip(flags, ids)]
+            return word_segmenters.mark_continuations(ids, flags)
+
+        return encode
 
     def generate_shard(self, data_dir: str, tmp_dir: str, split: str, shard_id: int, num_shards: int,
                        seed: int) -> Iterator[dict]:
@@ -296,7 +333,11 @@ class ElectraPretrain(WordpieceCorpusProblem):
                                  shard_rng(seed, split, shard_id), carry_overflow=hp.carry_overflow)
         documents = read_text_documents(self.input_paths(), hp.blanks_separate_docs, hp.on_bad_utf8)
         mine = select_documents(documents, split, shard_id, num_shards, hp.dev_fraction)
-        yield from build_examples((encode_lines(encoder, doc) for doc in mine), builder)
+        if hp.do_whole_word_mask:
+            encode = self.word_continuations(encoder)
+            yield from map(with_word_start, build_examples((encode(doc) for doc in mine), builder))
+        else:
+            yield from build_examples((encode_lines(encoder, doc) for doc in mine), builder)
         stats = builder.stats
         logging.info("%s-%s shard %d/%d: %d examples from %d tokens, %.1f%% of them dropped, %.1f%% single-segment",
                      self.name, split, shard_id, num_shards, stats.examples, stats.tokens_in,
@@ -308,10 +349,20 @@ class ElectraPretrain(WordpieceCorpusProblem):
 
     # ------------------------------------------------------------------ reading side
     def example_reading_spec(self) -> dict:
-        """The original pretrain_data.py `name_to_features`."""
+        """The original pretrain_data.py `name_to_features` (+ `word_start` in whole-word data)."""
         length = self.hparams.max_seq_length
-        return {name: tf.io.FixedLenFeature([length], tf.int64)
-                for name in ("input_ids", "input_mask", "segment_ids")}
+        names = ["input_ids", "input_mask", "segment_ids"]
+        if getattr(self, "_data_has_word_start", self.hparams.do_whole_word_mask):
+            names.append("word_start")
+        return {name: tf.io.FixedLenFeature([length], tf.int64) for name in names}
+
+    def dataset(self, mode, data_dir, params, input_context=None, split=None):
+        """Reads `word_start` when the data has it (its manifest says do_whole_word_mask), whatever the
+        reader's flags: the model masks whole words exactly when the records carry the groups."""
+        split = split or (DatasetSplit.TRAIN if mode == ModeKeys.TRAIN else DatasetSplit.EVAL)
+        settings = self.read_manifest(data_dir, split).get("settings", {})
+        self._data_has_word_start = bool(settings.get("do_whole_word_mask", False))
+        return super().dataset(mode, data_dir, params, input_context=input_context, split=split)
 
 
 def encode_lines(encoder: Any, lines: Sequence[str]) -> list[list[int]]:
@@ -320,3 +371,10 @@ def encode_lines(encoder: Any, lines: Sequence[str]) -> list[list[int]]:
     if batch is not None:
         return list(batch(list(lines)))
     return [encoder.encode(line) for line in lines]
+
+
+def with_word_start(example: dict[str, list[int]]) -> dict[str, list[int]]:
+    """Move the continuation bits of `input_ids` into the `word_start` feature (1 = starts a word; [CLS], [SEP]
+    and padding start their own)."""
+    ids, continues = word_segmenters.split_continuations(example["input_ids"])
+    return dict(example, input_ids=ids.tolist(), word_start=(~continues).astype(np.int64).tolist())

@@ -1,0 +1,134 @@
+"""`textrain-datagen --runner=beam`: a problem's generation as an Apache Beam pipeline.
+
+    textrain-datagen --problem=bert_pretrain --input_file=corpus.txt --data_dir=data --runner=beam \
+        --beam_pipeline_options="--runner=DirectRunner --direct_num_workers=2 \
+                                 --direct_running_mode=multi_processing"
+
+Flink, Spark and Dataflow are chosen by the pipeline options alone (docs/BEAM.md has a command line
+for each). This module imports apache_beam at the top: framework/datagen.py imports it only for
+--runner=beam, so the core package does not need the `[beam]` extra.
+
+The pipeline is the local driver's three steps (framework/problem.py), not a second implementation:
+1. `plan_generation` runs in the launching process: vocabulary building (`problem.prepare`, once,
+   before any shard) and the list of shard jobs still to do (complete shards are kept on re-runs).
+2. `Create(jobs) | Reshuffle | ParDo(WriteShard)`: each worker rebuilds the problem from a
+   `ProblemSpec` and calls `run_shard_job` -- the same function `--num_workers` datagen calls -- so for
+   the same seed the shards are byte-identical whatever the runner and the number of workers. A shard
+   is written as `<name>.incomplete` and renamed when whole (records.write_shard); a retried or
+   speculative duplicate bundle rewrites the same bytes under the same name, which is harmless.
+   Reshuffle stops the runner from fusing the jobs into the single bundle `Create` makes, so they
+   spread over the workers.
+3. `ToList | ParDo(WriteManifests)`: a global combine emits only after EVERY shard write of the
+   pipeline has finished, so the manifests are written by the pipeline's last stage, on a worker.
+   Why there and not by the launcher after `wait_until_finish()`: on distributed runners the
+   launcher may not wait (Dataflow templates, Flink `--detached`, a laptop that disconnects) and the
+   job still completes; the last stage always runs after the shards, wherever the pipeline runs.
+   `write_manifests` does not trust the collected stats either: it re-reads every shard's stats
+   sidecar from the file system and writes a manifest only when all of them exist. A pipeline killed
+   part way therefore leaves no manifest, and re-running finishes the missing shards only.
+
+Memory per worker: one shard job at a time per worker thread, and each job streams the corpus,
+keeping only its own documents (problems' `generate_shard`; bert_pretrain keeps the shard's token ids,
+~4 bytes x corpus tokens / num_shards), and writes through the bounded-memory shuffler of
+records.write_shard. Worker memory is thus set by --num_shards, not by the corpus size: raise
+--num_shards with the corpus (docs/BEAM.md gives the rule).
+"""
+from __future__ import annotations
+
+import logging as std_logging
+import shlex
+import time
+from typing import Iterator, Sequence
+
+import apache_beam as beam
+from absl import logging
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from framework.problem import (GenerationPlan, Problem, ProblemSpec, ShardJob, plan_generation,
+                               run_shard_job, write_manifests)
+
+
+class _ProblemDoFn(beam.DoFn):
+    """A DoFn holding the problem, rebuilt once per worker (DoFn.setup) from its spec."""
+
+    def __init__(self, spec: ProblemSpec, data_dir: str, tmp_dir: str):
+        super().__init__()
+        self.spec, self.data_dir, self.tmp_dir = spec, data_dir, tmp_dir
+        self.problem: Problem | None = None
+
+    def setup(self) -> None:
+        import os
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        self.problem = self.spec.build()
+
+
+class WriteShard(_ProblemDoFn):
+    """One shard job -> one shard file written atomically; emits the shard's stats."""
+
+    def __init__(self, spec: ProblemSpec, data_dir: str, tmp_dir: str, seed: int):
+        super().__init__(spec, data_dir, tmp_dir)
+        self.seed = seed
+
+    def process(self, job: ShardJob) -> Iterator[dict]:
+        stats = run_shard_job(self.problem, self.data_dir, self.tmp_dir, self.seed, job)
+        logging.info("shard %s-%d of %d: %d examples in %.1fs", job.split, job.shard_id, job.num_shards,
+                     stats["count"], stats["seconds"])
+        yield stats
+
+
+class WriteManifests(_ProblemDoFn):
+    """The last stage: runs once, after all shard writes (its input is the ToList of their stats)."""
+
+    def __init__(self, spec: ProblemSpec, data_dir: str, tmp_dir: str, plan: GenerationPlan):
+        super().__init__(spec, data_dir, tmp_dir)
+        self.plan = plan
+
+    def process(self, all_stats: list[dict]) -> Iterator[str]:
+        manifests = write_manifests(self.problem, self.data_dir, self.plan)
+        yield from sorted(manifests)
+
+
+def pipeline_options(options: str | Sequence[str]) -> PipelineOptions:
+    """--beam_pipeline_options as given on the command line (a string) or as a list of arguments.
+    With no --runner in them, Beam's DirectRunner is used (in-process, one worker)."""
+    args = shlex.split(options) if isinstance(options, str) else list(options)
+    return PipelineOptions(args)
+
+
+def build_pipeline(pipeline: beam.Pipeline, problem: Problem, data_dir: str, tmp_dir: str,
+                   plan: GenerationPlan) -> None:
+    """Add the shard and manifest stages of `plan` to `pipeline`."""
+    spec = ProblemSpec.of(problem)
+    _ = (pipeline
+         | "ShardJobs" >> beam.Create(plan.jobs)
+         | "Spread" >> beam.Reshuffle()
+         | "WriteShards" >> beam.ParDo(WriteShard(spec, data_dir, tmp_dir, plan.seed))
+         | "AfterAllShards" >> beam.combiners.ToList()
+         | "WriteManifests" >> beam.ParDo(WriteManifests(spec, data_dir, tmp_dir, plan)))
+
+
+def generate_data(problem: Problem, data_dir: str, tmp_dir: str, *, options: str | Sequence[str] = "",
+                  seed: int = 0, overwrite: bool = False, num_shards: dict[str, int] | None = None
+                  ) -> dict[str, dict]:
+    """Plan here, generate on the Beam runner, return {split: manifest} of the complete splits.
+
+    Waits for the pipeline (Beam's `with` block calls run().wait_until_finish()); the manifests are
+    read back from data_dir, where the pipeline's last stage wrote them."""
+    plan = plan_generation(problem, data_dir, tmp_dir, seed=seed, overwrite=overwrite,
+                           num_shards=num_shards)
+    if not plan.jobs:  # every shard exists already: only manifests (if any) are missing
+        return write_manifests(problem, data_dir, plan)
+    start = time.time()
+    # Beam logs every worker-harness event at INFO (through the launcher); keep its warnings only.
+    std_logging.getLogger("apache_beam").setLevel(std_logging.WARNING)
+    logging.info("datagen %s on Beam: %d shard jobs", problem.name, len(plan.jobs))
+    with beam.Pipeline(options=pipeline_options(options)) as pipeline:
+        build_pipeline(pipeline, problem, data_dir, tmp_dir, plan)
+    logging.info("datagen %s on Beam: pipeline finished in %.1fs", problem.name, time.time() - start)
+    manifests = {}
+    for split in (s for s, _ in plan.splits):
+        try:
+            manifests[split] = problem.read_manifest(data_dir, split)
+        except FileNotFoundError:
+            pass
+    return manifests

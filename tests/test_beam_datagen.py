@@ -1,0 +1,117 @@
+"""textrain-datagen --runner=beam (framework/beam_datagen.py): the same shards as local datagen, the manifest
+only after every shard, and a killed pipeline that a re-run completes.
+
+Real processes throughout: the CLI as `python -m framework.datagen` with Beam's DirectRunner in
+multi-processing mode (2 SDK worker processes). The Beam tests need the `[beam]` extra and are skipped
+without it (`pip install -e ".[test,beam]"`).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EMMA = os.path.join(REPO, "tests", "data", "austen_emma.txt")
+DIRECT_2 = "--runner=DirectRunner --direct_num_workers=2 --direct_running_mode=multi_processing"
+NAME = "bert_pretrain"
+
+
+def datagen_cmd(data_dir, *extra: str) -> list[str]:
+    # No --seed: users run without one.
+    return [sys.executable, "-m", "framework.datagen", f"--problem={NAME}", f"--input_file={EMMA}",
+            f"--data_dir={data_dir}", "--vocab_size=800", "--dupe_factor=2", "--max_seq_length=64",
+            "--max_predictions_per_seq=10", "--num_shards=6", *extra]
+
+
+def run_datagen(data_dir, *extra: str, timeout: int = 240) -> subprocess.CompletedProcess:
+    proc = subprocess.run(datagen_cmd(data_dir, *extra), cwd=REPO, capture_output=True, text=True,
+                          timeout=timeout, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc
+
+
+def shard_hashes(data_dir) -> dict[str, str]:
+    folder = os.path.join(data_dir, NAME)
+    return {f: hashlib.sha256(open(os.path.join(folder, f), "rb").read()).hexdigest()
+            for f in sorted(os.listdir(folder)) if f.endswith(".tfrecord")}
+
+
+def manifest(data_dir) -> dict:
+    with open(os.path.join(data_dir, NAME, f"{NAME}-train.manifest.json")) as f:
+        m = json.load(f)
+    m.pop("created")
+    return m
+
+
+@pytest.fixture(scope="module")
+def beam():
+    """Skip without the [beam] extra (listed first, so the local reference is not made for nothing)."""
+    return pytest.importorskip("apache_beam")
+
+
+@pytest.fixture(scope="module")
+def local_dir(tmp_path_factory):
+    """The reference: local datagen with 2 worker processes."""
+    out = tmp_path_factory.mktemp("local")
+    run_datagen(out, "--num_workers=2")
+    return out
+
+
+def test_beam_flags_refuse_local_only_flags(tmp_path):
+    """--num_workers belongs to the local runner; refused before Beam is even imported."""
+    proc = subprocess.run(datagen_cmd(tmp_path, "--runner=beam", "--num_workers=2"), cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0
+    assert "--num_workers" in proc.stderr and "--beam_pipeline_options" in proc.stderr
+    assert not os.path.exists(os.path.join(tmp_path, NAME, f"{NAME}-train.manifest.json"))
+
+
+@pytest.mark.slow
+def test_beam_shards_are_byte_identical_to_local(beam, local_dir, tmp_path):
+    run_datagen(tmp_path, "--runner=beam", f"--beam_pipeline_options={DIRECT_2}")
+    local = shard_hashes(local_dir)
+    assert len(local) == 6
+    assert shard_hashes(tmp_path) == local
+    assert manifest(tmp_path) == manifest(local_dir)
+    # Same vocabulary, built once before the pipeline.
+    vocab = lambda d: open(os.path.join(d, NAME, "vocab.txt"), "rb").read()  # noqa: E731
+    assert vocab(tmp_path) == vocab(local_dir)
+
+
+@pytest.mark.slow
+def test_killed_pipeline_leaves_no_manifest_and_a_rerun_completes(beam, local_dir, tmp_path):
+    folder = os.path.join(tmp_path, NAME)
+    manifest_path = os.path.join(folder, f"{NAME}-train.manifest.json")
+    # A real launcher with its SDK worker processes, in its own process group so SIGKILL takes all.
+    proc = subprocess.Popen(datagen_cmd(tmp_path, "--runner=beam", f"--beam_pipeline_options={DIRECT_2}"),
+                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    try:
+        deadline = time.time() + 180
+        # Kill as soon as the first shard is being written (or finished): the pipeline is mid-run.
+        while time.time() < deadline and proc.poll() is None:
+            names = os.listdir(folder) if os.path.isdir(folder) else []
+            if any(n.endswith(".tfrecord.incomplete") or n.endswith(".stats.json") for n in names):
+                break
+            time.sleep(0.05)
+        assert proc.poll() is None, "the pipeline ended before it could be killed"
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    finished = [n for n in os.listdir(folder) if n.endswith(".tfrecord")]
+    assert len(finished) < 6, "every shard was done before the kill: nothing was tested"
+    assert not os.path.exists(manifest_path)
+    run_datagen(tmp_path, "--runner=beam", f"--beam_pipeline_options={DIRECT_2}")
+    assert os.path.exists(manifest_path)
+    assert shard_hashes(tmp_path) == shard_hashes(local_dir)
+    assert manifest(tmp_path) == manifest(local_dir)
+    assert not [n for n in os.listdir(folder) if n.endswith(".incomplete")]
