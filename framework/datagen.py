@@ -32,6 +32,9 @@ flags.DEFINE_integer("num_shards", None, "Train shards (default: the problem's c
 flags.DEFINE_bool("overwrite", False, "Regenerate even complete splits.")
 flags.DEFINE_bool("vocab_only", False, "Only build the vocabulary (run once before multi-task datagen).")
 flags.DEFINE_string("usr_dir", None, "Directory (Python package) of your own problems to import.")
+flags.DEFINE_bool("verify", False, "Check every record's CRC and every shard's count against the manifests "
+                  "and regenerate only the shards that are missing or damaged (same settings and --seed "
+                  "as the original run).")
 
 
 def _summary(problem, data_dir: str, manifests: dict, seconds: float) -> str:
@@ -69,7 +72,8 @@ def main(argv: list[str]) -> None:
     try:
         manifests = problem.generate_data(FLAGS.data_dir, FLAGS.tmp_dir, num_workers=FLAGS.num_workers,
                                           task_id=FLAGS.task_id, num_tasks=FLAGS.num_tasks,
-                                          seed=FLAGS.seed, overwrite=FLAGS.overwrite, num_shards=num_shards)
+                                          seed=FLAGS.seed, overwrite=FLAGS.overwrite, num_shards=num_shards,
+                                          verify=FLAGS.verify)
     except (ValueError, FileNotFoundError) as e:  # bad input: a clear message, no traceback
         raise cli.UserError(str(e)) from None
     print(_summary(problem, FLAGS.data_dir, manifests, time.time() - start))
