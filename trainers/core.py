@@ -50,8 +50,13 @@ Decisions (and why):
   collective executor remembers the first one's shapes (mismatch errors). So `make_strategy` returns the
   same MirroredStrategy for the same devices every time it is asked (several Trainers, or several test
   files, in one process share it).
-- SIGTERM (preemption) sets a flag; the loop saves a checkpoint at the end of the current host loop and
-  `train` returns with `preempted=True` (the CLI exits 143).
+- SIGTERM (preemption) and SIGINT (Ctrl-C) set a flag; the loop saves a checkpoint at the end of the
+  current host loop and `train` returns with `preempted=True` and `stop_signal` (the CLI exits 128 + it:
+  143 / 130). A second Ctrl-C interrupts at once.
+- Faults (trainers/checkpoint_checks.py, trainers/nonfinite.py): the chief locks model_dir and removes
+  `ckpt-N_temp*` folders of interrupted saves; a checkpoint in model_dir or an init_checkpoint that does
+  not fit the model is refused, listing the variables, before anything is restored; non-finite steps
+  say whether the loss or the gradient norm was non-finite; a run whose steps were mostly skipped fails.
 """
 from __future__ import annotations
 
@@ -68,6 +73,7 @@ import tensorflow as tf
 from models.base import StepOutput, TrainableModel
 from models.checkpoints import load_tf1_checkpoint
 
+from trainers import checkpoint_checks, nonfinite
 from trainers.optimization import Optimizer
 
 log = logging.getLogger("textrain.trainer")
@@ -203,6 +209,7 @@ class TrainResult:
     skipped_steps: int
     preempted: bool
     checkpoint: str | None
+    stop_signal: int = 0                # the signal that stopped the run early (SIGTERM / SIGINT), else 0
 
 
 def set_precision_policy(precision: str) -> None:
@@ -227,11 +234,13 @@ class Trainer:
         self.config = config
         self.dataset_fn = dataset_fn
         self.is_chief = _is_chief(strategy)
+        self._dir_lock = checkpoint_checks.prepare_model_dir(config.model_dir, self.is_chief)
         self.input_context = input_context(strategy)
         self.num_replicas = strategy.num_replicas_in_sync
         self.num_local = max(len(strategy.extended.worker_devices), 1)
         set_precision_policy(config.precision)
         self._stop_requested = False
+        self._stop_signal = 0
         self._skipped = 0
 
         sample = next(iter(dataset_fn(self.input_context)))  # one per-replica batch, to build the model
@@ -305,6 +314,7 @@ class Trainer:
     def _restore(self) -> str | None:
         latest = tf.train.latest_checkpoint(self.config.model_dir)
         if latest:
+            checkpoint_checks.check_model_dir_checkpoint(latest, self.model, self.config.model_dir)
             self.checkpoint.restore(latest).assert_existing_objects_matched()
             self._restore_input_pipeline(int(self.step.numpy()))
             log.info("restored %s (step %d)", latest, int(self.step.numpy()))
@@ -324,10 +334,9 @@ class Trainer:
             log.warning("no input-pipeline checkpoint %s: this worker's data starts from the beginning", path)
 
     def _load_init_checkpoint(self, path: str) -> None:
-        if tf.io.gfile.isdir(path):
-            path = tf.train.latest_checkpoint(path) or path
-        names = [n for n, _ in tf.train.list_variables(path)]
-        if "_CHECKPOINTABLE_OBJECT_GRAPH" in names:
+        path = checkpoint_checks.resolve_checkpoint(path)
+        if checkpoint_checks.is_textrain_checkpoint(path):
+            checkpoint_checks.check_init_checkpoint(path, self.model, self.config.init_allow_unexpected)
             tf.train.Checkpoint(model=self.model).read(path).expect_partial()
             log.info("initialised the model from %s (textrain checkpoint)", path)
         else:
@@ -452,17 +461,19 @@ class Trainer:
         last = self._zero_stats()
         done = tf.constant(0, tf.int64)
         skipped = tf.constant(0, tf.int64)
+        bad = tf.zeros([2])  # loss and gradient norm of the last non-finite step
         for _ in tf.range(num_steps):
             last = self._one_step()
             done += 1
             self.step.assign_add(1)
             if last["finite"] < 0.5:
                 skipped += 1
+                bad = tf.stack([last["loss"], last["grad_norm"]])
                 if self.config.nan_policy == "raise":
                     break
             else:
                 sums = {n: sums[n] + last[n] for n in sums}
-        return sums, last, done, skipped
+        return sums, last, done, skipped, bad
 
     def _reset_state(self) -> None:
         initial = lambda: tf.nest.map_structure(  # noqa: E731
@@ -482,6 +493,8 @@ class Trainer:
         rate = steps_rate = 0.0
         saved = None
         saved_step = -1
+        run_steps = run_skipped = 0
+        last_bad = None
         try:
             step = start_step
             while step < cfg.num_train_steps and not self._stop_requested:
@@ -490,7 +503,7 @@ class Trainer:
                 n = self._loop_length(step)
                 t0 = time.time()
                 try:
-                    sums, last, done, skipped = self._loop_fn(tf.constant(n, tf.int64))
+                    sums, last, done, skipped, bad = self._loop_fn(tf.constant(n, tf.int64))
                 except tf.errors.OutOfRangeError:
                     log.warning("input exhausted at step %d; stopping", int(self.step.numpy()))
                     break
@@ -498,11 +511,14 @@ class Trainer:
                 step = int(self.step.numpy())
                 done, skipped = int(done), int(skipped)
                 self._skipped += skipped
+                run_steps, run_skipped = run_steps + done, run_skipped + skipped
+                if skipped:
+                    last_bad = (float(bad[0]), float(bad[1]))
+                    log.warning("skipped %d of %d steps up to step %d: non-finite %s", skipped, done, step,
+                                nonfinite.what_was_nonfinite(*last_bad))
                 if cfg.nan_policy == "raise" and float(last["finite"]) < 0.5:
-                    raise FloatingPointError(
-                        f"non-finite loss ({float(last['loss'])}) at step {step} (1-based; the update of that "
-                        f"step was not applied). Lower the learning rate, check the data, or use --nan_policy=skip.")
-                good = max(done - skipped, 1)
+                    nonfinite.raise_nonfinite(step, float(last["loss"]), float(last["grad_norm"]))
+                good = done - skipped  # figures average over good steps only (NaN when none)
                 steps_rate = done / elapsed
                 rate = steps_rate * cfg.global_batch_size * cfg.grad_accum_steps
                 figures = _figures({k: float(v) for k, v in sums.items()}, good)
@@ -518,13 +534,16 @@ class Trainer:
                 saved = self.save()
         finally:
             self._writer.flush()
-            if previous_handler is not None:
-                signal.signal(signal.SIGTERM, previous_handler)
+            for signum, handler in (previous_handler or {}).items():
+                signal.signal(signum, handler)
         if self._stop_requested:
-            log.warning("SIGTERM: saved %s at step %d; exiting", saved, int(self.step.numpy()))
+            log.warning("%s: saved %s at step %d; exiting", signal.Signals(self._stop_signal).name
+                        if self._stop_signal else "stop requested", saved, int(self.step.numpy()))
+        nonfinite.check_mostly_skipped(run_skipped, run_steps, last_bad, saved)
         return TrainResult(step=int(self.step.numpy()), loss=figures["loss"], terms=figures["terms"],
                            metrics=figures["metrics"], examples_per_sec=rate, steps_per_sec=steps_rate,
-                           skipped_steps=self._skipped, preempted=self._stop_requested, checkpoint=saved)
+                           skipped_steps=self._skipped, preempted=self._stop_requested, checkpoint=saved,
+                           stop_signal=self._stop_signal)
 
     def _loop_length(self, step: int) -> int:
         """Steps of the next host loop: up to iterations_per_loop, never past a save, log or the end."""
@@ -539,12 +558,16 @@ class Trainer:
         if not self.config.handle_sigterm:
             return None
 
-        def on_sigterm(signum, frame):
+        def on_signal(signum, frame):
+            if signum == signal.SIGINT and self._stop_signal == signal.SIGINT:
+                raise KeyboardInterrupt  # a second Ctrl-C: stop now
             self._stop_requested = True
-            log.warning("SIGTERM received: saving a checkpoint at the end of this loop")
+            self._stop_signal = self._stop_signal or signum
+            log.warning("%s received: saving a checkpoint at the end of this loop%s", signal.Signals(signum).name,
+                        " (Ctrl-C again to stop at once)" if signum == signal.SIGINT else "")
 
         try:
-            return signal.signal(signal.SIGTERM, on_sigterm)
+            return {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
         except ValueError:  # not the main thread
             return None
 
@@ -639,7 +662,7 @@ def _figures(sums: dict[str, float], steps: int) -> dict[str, Any]:
             kind, name, _ = key.split("/")
             count = sums[f"{kind}/{name}/count"]
             (terms if kind == "terms" else metrics)[name] = value / count if count else float("nan")
-    return {"loss": sums["loss"] / steps, "terms": terms, "metrics": metrics}
+    return {"loss": sums["loss"] / steps if steps else float("nan"), "terms": terms, "metrics": metrics}
 
 
 def _hms(seconds: float) -> str:
