@@ -47,6 +47,14 @@ _OS_ADVICE = {
 }
 
 
+_TF_OS_MESSAGES = (
+    (r"No space left on device", "the disk is full: free space or choose another directory, then re-run"),
+    (r"Disk quota exceeded", "the disk quota is exceeded: free space or choose another directory"),
+    (r"File too large", "the file size limit was reached (ulimit -f): raise the limit or write smaller files"),
+    (r"Read-only file system", "the file system is read-only: choose a writable directory"),
+)
+
+
 def verbose() -> bool:
     if os.environ.get("TEXTRAIN_VERBOSE", "") not in ("", "0"):
         return True
@@ -65,6 +73,9 @@ def _tf_error_message(e: Exception) -> str | None:
     if tf is None or not isinstance(e, tf.errors.OpError):
         return None
     message = (e.message or str(e)).strip().splitlines()[0] if (e.message or str(e)).strip() else type(e).__name__
+    for pattern, advice in _TF_OS_MESSAGES:  # the OS error is in the text, whatever the TF error type
+        if re.search(pattern, message):
+            return f"{message}; {advice}"
     if isinstance(e, tf.errors.DataLossError):
         from framework import records
 
@@ -77,8 +88,6 @@ def _tf_error_message(e: Exception) -> str | None:
         if re.search(r"out of memory|OOM|allocat", message, re.I):
             return f"out of memory: {message}; lower the batch size or sequence length"
         return f"{message}; free disk space (or choose another directory) and re-run"
-    if isinstance(e, tf.errors.FailedPreconditionError) and re.search(r"read-only|Read-only", message):
-        return f"{message}; choose a writable directory"
     return None
 
 
