@@ -73,6 +73,7 @@ def _tf_error_message(e: Exception) -> str | None:
     if tf is None or not isinstance(e, tf.errors.OpError):
         return None
     message = (e.message or str(e)).strip().splitlines()[0] if (e.message or str(e)).strip() else type(e).__name__
+    message = re.sub(r"\.[A-Za-z0-9_]+-\d+\.incomplete\b", "", message)  # name the file, not its temporary name
     for pattern, advice in _TF_OS_MESSAGES:  # the OS error is in the text, whatever the TF error type
         if re.search(pattern, message):
             return f"{message}; {advice}"
@@ -99,6 +100,8 @@ def explain(e: BaseException) -> tuple[str, int] | None:
         return str(e), 1
     if isinstance(e, KeyboardInterrupt):
         return "interrupted (Ctrl-C)", INTERRUPTED_STATUS
+    if isinstance(e, FileNotFoundError) and e.errno is None:  # raised by our code with a message for the user
+        return str(e), 1
     if isinstance(e, OSError) and e.errno in _OS_ADVICE:
         where = f" {e.filename}" if e.filename else ""
         return f"{_OS_ADVICE[e.errno]}{(' (' + where.strip() + ')') if where else ''}: {e.strerror or e}", 1

@@ -79,6 +79,13 @@ class SettingsMismatchError(UserError, ValueError):
     pass
 
 
+class MissingDataError(UserError, FileNotFoundError):
+    """A split that was never (completely) generated; the message says which datagen command makes it."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
 def _derive_seed(*parts: Any) -> int:
     digest = hashlib.sha256("/".join(str(p) for p in parts).encode()).digest()
     return int.from_bytes(digest[:8], "little")
@@ -195,7 +202,7 @@ class Problem:
     def read_manifest(self, data_dir: str, split: str = DatasetSplit.TRAIN) -> dict:
         path = os.path.join(self.problem_dir(data_dir), records.manifest_filename(self.name, split))
         if not tf.io.gfile.exists(path):
-            raise FileNotFoundError(
+            raise MissingDataError(
                 f"{path} does not exist: the {split!r} split of {self.name} has not been (completely) "
                 f"generated in {data_dir}; run textrain-datagen --problem={self.name} --data_dir={data_dir}")
         return records.read_json(path)

@@ -458,6 +458,8 @@ def explain_data_loss(error: Exception, paths: Iterable[str]) -> RecordError:
     """Turn tf.data's file-less 'corrupted record at N' error into one that names the file and offset."""
     message = str(getattr(error, "message", error)).strip().splitlines()[0]
     offset = re.search(r"(corrupted|truncated) record at (\d+)", message)
+    if offset:  # the damaged file is longer than the offset: read only those
+        paths = [p for p in paths if not tf.io.gfile.exists(p) or tf.io.gfile.stat(p).length > int(offset.group(2))]
     bad = find_corrupt_file(paths)
     where = bad if bad else "one of the input files"
     at = f" at byte offset {offset.group(2)}" if offset else ""

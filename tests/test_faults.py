@@ -406,11 +406,12 @@ def test_disk_full_is_one_line_and_leaves_nothing_half_written(usr, tmp_path):
         big = tmp_path / "big.txt"
         big.write_text(open(EMMA, encoding="utf-8").read())  # ~900 KB of records: more than fits
         proc = _run(["framework.datagen", f"--usr_dir={usr[0]}", "--problem=fault_toy", f"--data_dir={data}",
-                     f"--input_file={big}", "--fault_width=64"], env=_env(),
+                     f"--input_file={big}", "--fault_width=64", "--num_workers=2"], env=_env(),
                     preexec_fn=None if mounted else _file_size_limit(32 << 10))
         assert proc.returncode == 1
         line = _error_line(proc, "textrain-datagen")
-        assert ("disk" in line or "file size limit" in line) and "fault_toy" in line, line
+        assert ("disk is full" in line or "file size limit" in line) and "fault_toy-train-" in line, line
+        assert ".incomplete" not in line  # the shard is named, not its temporary name
         left = os.listdir(_problem_dir(data))
         assert not [f for f in left if f.endswith(".incomplete") or f.endswith(".manifest.json")], left
     finally:
