@@ -72,14 +72,14 @@ def _tf_error_message(e: Exception) -> str | None:
     tf = sys.modules.get("tensorflow")
     if tf is None or not isinstance(e, tf.errors.OpError):
         return None
-    message = (e.message or str(e)).strip().splitlines()[0] if (e.message or str(e)).strip() else type(e).__name__
+    from framework import records  # imports TensorFlow, which is loaded already here
+
+    message = records.tf_message(e) or type(e).__name__
     message = re.sub(r"\.[A-Za-z0-9_]+-\d+\.incomplete\b", "", message)  # name the file, not its temporary name
     for pattern, advice in _TF_OS_MESSAGES:  # the OS error is in the text, whatever the TF error type
         if re.search(pattern, message):
             return f"{message}; {advice}"
     if isinstance(e, tf.errors.DataLossError):
-        from framework import records
-
         return str(records.explain_data_loss(e, records.files_opened()))
     if isinstance(e, tf.errors.NotFoundError):
         return f"not found: {message}; check the path (a flag naming a file or directory)"

@@ -430,6 +430,13 @@ def files_opened() -> list[str]:
     return list(_OPENED)
 
 
+def tf_message(error: Exception) -> str:
+    """The first line of a TF error's message without its '{{function_node ...}}' and '[Op:...]' wrapping."""
+    text = str(getattr(error, "message", error)).strip().splitlines()[0] if str(error).strip() else ""
+    text = re.sub(r"\{\{function_node [^}]*\}\}\s*", "", text)
+    return re.sub(r"\s*\[Op:[^\]]*\].*$", "", text).strip()
+
+
 def _verify_hint(path: str) -> str:
     problem_dir = os.path.dirname(path)
     return (f"run textrain-datagen --verify --problem={os.path.basename(problem_dir)} "
@@ -442,24 +449,26 @@ def count_records(path: str) -> int:
     try:
         return int(tf.data.TFRecordDataset(path).reduce(np.int64(0), lambda n, _: n + 1))
     except tf.errors.DataLossError as e:
-        raise RecordError(f"{path}: corrupt TFRecord ({e.message.strip()}); {_verify_hint(path)}") from None
+        raise RecordError(f"{path}: corrupt TFRecord ({tf_message(e)}); {_verify_hint(path)}") from None
 
 
 def find_corrupt_file(paths: Iterable[str]) -> str | None:
     for p in paths:
         try:
             count_records(p)
-        except (RecordError, tf.errors.NotFoundError):
+        except RecordError:
             return p
+        except tf.errors.NotFoundError:  # gone since: not the file that gave the data loss
+            continue
     return None
 
 
 def explain_data_loss(error: Exception, paths: Iterable[str]) -> RecordError:
     """Turn tf.data's file-less 'corrupted record at N' error into one that names the file and offset."""
-    message = str(getattr(error, "message", error)).strip().splitlines()[0]
+    message = tf_message(error)
     offset = re.search(r"(corrupted|truncated) record at (\d+)", message)
     if offset:  # the damaged file is longer than the offset: read only those
-        paths = [p for p in paths if not tf.io.gfile.exists(p) or tf.io.gfile.stat(p).length > int(offset.group(2))]
+        paths = [p for p in paths if tf.io.gfile.exists(p) and tf.io.gfile.stat(p).length > int(offset.group(2))]
     bad = find_corrupt_file(paths)
     where = bad if bad else "one of the input files"
     at = f" at byte offset {offset.group(2)}" if offset else ""
@@ -496,7 +505,7 @@ def verify_shard(path: str, expected: dict | None = None) -> str | None:
     try:
         count = int(tf.data.TFRecordDataset(path).reduce(np.int64(0), lambda n, _: n + 1))
     except tf.errors.DataLossError as e:
-        return f"{name}: {e.message.strip().splitlines()[0]}"
+        return f"{name}: {tf_message(e)}"
     if expected and count != int(expected["count"]):
         return f"{name} holds {count} records, the manifest says {expected['count']}"
     return None
