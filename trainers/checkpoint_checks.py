@@ -4,16 +4,17 @@ checkpoint fits the model before anything is restored.
 Called from trainers/core.py (`Trainer`), so every entry point built on it gets them.
 
 Decisions:
-- A textrain (object-based) checkpoint names each variable by its path in the object graph
-  (`model/bert/encoder/...`), and a variable reachable along several paths (the model and the
-  optimizer's list of variables) is stored once, under the shortest. So both sides are compared by ALL
-  their paths below `model/`: the checkpoint's from its `_CHECKPOINTABLE_OBJECT_GRAPH` proto, the
-  model's by walking its trackable children. A model variable found under none of its paths is
-  missing, a checkpoint variable that no model path reaches is unexpected, a pair of different shapes
-  is mis-shaped; any of these (outside the allow-lists) is a CheckpointMismatchError listing them all,
-  raised before any value is assigned (so no partial restore and none of TF's warnings about unused
-  values).
-- Allow-lists (regexes on the path below `model/`): a pretrainer's heads may stay unused when a
+- A textrain (object-based) checkpoint stores each variable once, under its shortest path in the object
+  graph, which for most of a Keras 3 model's variables runs through the optimizer's variable list, not
+  the model (Keras' own list tracking is invisible to TF's). So variables are matched by their Keras
+  path (`bert_pretrainer/bert/encoder/layer_0/...`, recorded as each node's full name in the
+  `_CHECKPOINTABLE_OBJECT_GRAPH` proto) with the model's own name dropped, so a fine-tuning model matches
+  its pretrainer. A model variable absent from the checkpoint is missing, a checkpoint model variable
+  absent from the model is unexpected, a pair of different shapes is mis-shaped; any of these (outside
+  the allow-lists) is a CheckpointMismatchError listing them all, raised before any value is assigned
+  (so no partial restore and none of TF's warnings about unused values). Initialisation then assigns
+  by path (`load_init_checkpoint`).
+- Allow-lists (regexes on the path without the model's name): a pretrainer's heads may stay unused when a
   fine-tuning model starts from it (`DEFAULT_ALLOW_UNEXPECTED`), and a fine-tuning model's new head is
   expected to be missing from a pretraining checkpoint (`DEFAULT_ALLOW_MISSING`). Owners of new models
   extend these.
@@ -39,12 +40,12 @@ from models.checkpoints import CheckpointMismatchError, backing_variable
 log = logging.getLogger("textrain.trainer")
 
 # Paths below model/ of a textrain pretrainer that a fine-tuning model may leave unused.
-DEFAULT_ALLOW_UNEXPECTED = (r"^masked_lm/", r"^next_sentence/", r"^generator", r"^discriminator_head/",
-                            r"^lm_loss/", r"^bert/pooler/")
+DEFAULT_ALLOW_UNEXPECTED = (r"^predictions/", r"^seq_relationship/", r"^generator", r"discriminator_predictions/",
+                            r"lm_loss/", r"seed_generator")
 # Paths below model/ of a fine-tuning model's new head, absent from a pretraining checkpoint.
-DEFAULT_ALLOW_MISSING = (r"^classifier/", r"^qa_", r"^head/", r"_head/", r"^logits/", r"^answer_class/")
+DEFAULT_ALLOW_MISSING = (r"^classifier/", r"^qa_", r"^head/", r"_head/", r"^logits/", r"^answer_class/",
+                         r"seed_generator")
 _MAX_LISTED = 20
-_MAX_DEPTH = 64
 
 
 # ----------------------------------------------------------------------------------- model_dir
@@ -63,63 +64,42 @@ def prepare_model_dir(model_dir: str, is_chief: bool, program: str = "textrain t
     return lock
 
 
-# ------------------------------------------------------------------------------------ paths
-def _escape(name: str) -> str:
-    return name.replace(".", "..").replace("/", ".S")
+# ------------------------------------------------------------------------------------ names
+def _clean(name: str) -> str:
+    return name[:-2] if name.endswith(":0") else name
 
 
-def _all_paths(root_children, is_leaf, children) -> dict[Any, set[str]]:
-    """Every acyclic path (up to _MAX_DEPTH) from the roots to each leaf: leaf key -> set of paths."""
-    found: dict[Any, set[str]] = collections.defaultdict(set)
-    stack = [(node, name, (node_key,)) for name, node, node_key in root_children]
-    while stack:
-        node, path, on_path = stack.pop()
-        key = on_path[-1]
-        if is_leaf(node):
-            found[key].add(path)
-            continue
-        if len(on_path) > _MAX_DEPTH:
-            continue
-        for name, child, child_key in children(node):
-            if child_key not in on_path:
-                stack.append((child, f"{path}/{name}", on_path + (child_key,)))
-    return found
+def _common_root(names: Iterable[str]) -> str | None:
+    """The first path component shared by all `names` (the model's own name when its layers were built
+    inside its call), else None."""
+    firsts = {n.split("/", 1)[0] if "/" in n else None for n in names}
+    return firsts.pop() if len(firsts) == 1 else None
 
 
-def model_variable_paths(model: tf.Module) -> dict[int, tuple[set[str], tuple[int, ...], str]]:
-    """id(variable) -> (its paths below the model, its shape, a display name)."""
-    def children(obj):
-        try:
-            items = tf.train.TrackableView(obj).children(obj).items()
-        except Exception:  # noqa: BLE001 - an object TF cannot list has no variables for us
-            return []
-        return [(_escape(n), c, id(c)) for n, c in items]
-
-    def is_leaf(obj):
-        return isinstance(obj, (tf.Variable, tf.keras.Variable))
-
-    paths = _all_paths(children(model), is_leaf, children)
-    variables = {}
-    for obj in _walk(model, children):
-        if is_leaf(obj) and id(obj) in paths:
-            variables[id(obj)] = (paths[id(obj)], tuple(backing_variable(obj).shape), min(paths[id(obj)], key=len))
-    return variables
+def _strip(name: str, root: str | None) -> str:
+    return name[len(root) + 1:] if root and name.startswith(root + "/") else name
 
 
-def _walk(root, children) -> Iterable[Any]:
-    seen, queue = {id(root)}, collections.deque([root])
-    while queue:
-        obj = queue.popleft()
-        yield obj
-        for _, child, key in children(obj):
-            if key not in seen:
-                seen.add(key)
-                queue.append(child)
+_NOT_WEIGHTS = re.compile(r"seed_generator")  # dropout RNG state: per process, named by a global counter
 
 
-def checkpoint_variable_paths(path: str, prefix: str = "model") -> dict[str, tuple[set[str], tuple[int, ...]]]:
-    """checkpoint key -> (its paths below `prefix/` in the object graph, its shape), for every variable
-    reachable from the checkpoint root's `prefix` child."""
+def model_variables(model: tf.Module) -> dict[str, Any]:
+    """Path (without the model's own name) -> variable, for every variable of the model but RNG state."""
+    named = {_clean(getattr(v, "path", None) or v.name): v for v in model.variables}
+    named = {n: v for n, v in named.items() if not _NOT_WEIGHTS.search(n)}
+    root = _common_root(named)
+    return {_strip(n, root): v for n, v in named.items()}
+
+
+def checkpoint_model_variables(path: str, prefix: str = "model") -> dict[str, tuple[str, tuple[int, ...]]]:
+    """Path (without the model's own name) -> (checkpoint key, shape), for every variable of the
+    checkpoint's model.
+
+    Each variable's node in the checkpoint's object graph records its full name (the Keras path). When
+    the variables reachable from the root's `prefix` child share a first component (the model's name),
+    every variable node whose full name starts with it belongs to the model, wherever the graph stored
+    it (the optimizer's list of variables is often the shortest path, so that is where most of them
+    live); otherwise the reachable ones are the model's."""
     from tensorflow.core.protobuf import trackable_object_graph_pb2
 
     reader = tf.train.load_checkpoint(path)
@@ -128,45 +108,44 @@ def checkpoint_variable_paths(path: str, prefix: str = "model") -> dict[str, tup
     graph.ParseFromString(reader.get_tensor("_CHECKPOINTABLE_OBJECT_GRAPH"))
     nodes = graph.nodes
 
-    def key_of(node_id):
-        for attr in nodes[node_id].attributes:
-            if attr.name == "VARIABLE_VALUE":
-                return attr.checkpoint_key
-        return None
+    def variable_attr(node_id: int):
+        return next((a for a in nodes[node_id].attributes if a.name == "VARIABLE_VALUE"), None)
 
-    def children(node_id):
-        return [(_escape(c.local_name), c.node_id, c.node_id) for c in nodes[node_id].children]
-
-    roots = [c for c in children(0) if c[0] == prefix]
-    if not roots:
-        return {}
-    found = _all_paths(children(roots[0][1]), lambda n: key_of(n) is not None, children)
-    return {key_of(n): (p, tuple(shapes.get(key_of(n), ()))) for n, p in found.items()}
+    start = [c.node_id for c in nodes[0].children if c.local_name == prefix]
+    reachable, seen, queue = {}, set(start), collections.deque(start)
+    while queue:
+        node_id = queue.popleft()
+        attr = variable_attr(node_id)
+        if attr is not None:
+            reachable[_clean(attr.full_name)] = attr.checkpoint_key
+        for child in nodes[node_id].children:
+            if child.node_id not in seen:
+                seen.add(child.node_id)
+                queue.append(child.node_id)
+    reachable = {n: k for n, k in reachable.items() if not _NOT_WEIGHTS.search(n)}
+    root = _common_root(reachable)
+    if root:
+        for node_id in range(len(nodes)):
+            attr = variable_attr(node_id)
+            name = _clean(attr.full_name) if attr is not None else ""
+            if name.startswith(root + "/") and not _NOT_WEIGHTS.search(name):
+                reachable[name] = attr.checkpoint_key
+    return {_strip(n, root): (k, tuple(shapes.get(k, ()))) for n, k in reachable.items()}
 
 
 def compare(model: tf.Module, path: str, allow_unexpected: Iterable[str] = (),
             allow_missing: Iterable[str] = ()) -> tuple[list[str], list[str], list[str]]:
     """(missing, unexpected, mis-shaped) between a textrain checkpoint's model and `model`."""
-    ckpt = checkpoint_variable_paths(path)
-    ckpt_by_path = {p: key for key, (ps, _) in ckpt.items() for p in ps}
+    ckpt = checkpoint_model_variables(path)
+    mine = model_variables(model)
     unexpected_ok = [re.compile(p) for p in allow_unexpected]
     missing_ok = [re.compile(p) for p in allow_missing]
-    matched_keys = set()
-    missing, mis_shaped = [], []
-    for paths, shape, name in model_variable_paths(model).values():
-        key = next((ckpt_by_path[p] for p in sorted(paths) if p in ckpt_by_path), None)
-        if key is None:
-            if not any(r.search(p) for r in missing_ok for p in paths):
-                missing.append(f"{name} {list(shape)}")
-            continue
-        matched_keys.add(key)
-        if ckpt[key][1] != shape:
-            mis_shaped.append(f"{name}: checkpoint {list(ckpt[key][1])} vs model {list(shape)}")
-    unexpected = []
-    for key, (paths, shape) in ckpt.items():
-        if key in matched_keys or any(r.search(p) for r in unexpected_ok for p in paths):
-            continue
-        unexpected.append(f"{min(paths, key=len)} {list(shape)}")
+    missing = [f"{n} {list(backing_variable(v).shape)}" for n, v in mine.items()
+               if n not in ckpt and not any(r.search(n) for r in missing_ok)]
+    unexpected = [f"{n} {list(shape)}" for n, (_, shape) in ckpt.items()
+                  if n not in mine and not any(r.search(n) for r in unexpected_ok)]
+    mis_shaped = [f"{n}: checkpoint {list(ckpt[n][1])} vs model {list(backing_variable(v).shape)}"
+                  for n, v in mine.items() if n in ckpt and ckpt[n][1] != tuple(backing_variable(v).shape)]
     return sorted(missing), sorted(unexpected), sorted(mis_shaped)
 
 
@@ -204,15 +183,29 @@ def is_textrain_checkpoint(path: str) -> bool:
     return "_CHECKPOINTABLE_OBJECT_GRAPH" in dict(tf.train.list_variables(path))
 
 
-def check_init_checkpoint(path: str, model: tf.Module, allow_unexpected: Iterable[str] = (),
-                          allow_missing: Iterable[str] = DEFAULT_ALLOW_MISSING) -> None:
-    """Refuse a textrain checkpoint that does not fit `model`, listing every mismatch."""
+def load_init_checkpoint(path: str, model: tf.Module, allow_unexpected: Iterable[str] = (),
+                         allow_missing: Iterable[str] = DEFAULT_ALLOW_MISSING) -> list[str]:
+    """Initialise `model` from a textrain checkpoint, by variable path; returns the paths loaded.
+
+    Every variable must be accounted for (see the module docstring) or nothing is assigned and a
+    CheckpointMismatchError lists every missing, unexpected and mis-shaped variable. (A model-only
+    `tf.train.Checkpoint(model=...).read()` would restore only the variables whose shortest path in the
+    saved graph runs through the model, silently leaving the rest at their initial values.)"""
     missing, unexpected, mis_shaped = compare(model, path, list(allow_unexpected) + list(DEFAULT_ALLOW_UNEXPECTED),
                                               allow_missing)
     if missing or unexpected or mis_shaped:
         raise CheckpointMismatchError(
             f"--init_checkpoint={path} does not fit the model: " + "; ".join(_parts(missing, unexpected, mis_shaped))
             + ". Use a checkpoint of the same architecture (layers, sizes, vocab) or change the model flags")
+    ckpt = checkpoint_model_variables(path)
+    reader = tf.train.load_checkpoint(path)
+    loaded = []
+    for name, var in model_variables(model).items():
+        if name in ckpt:
+            target = backing_variable(var)
+            target.assign(tf.cast(reader.get_tensor(ckpt[name][0]), target.dtype))
+            loaded.append(name)
+    return loaded
 
 
 def check_model_dir_checkpoint(path: str, model: tf.Module, model_dir: str) -> None:

@@ -336,9 +336,8 @@ class Trainer:
     def _load_init_checkpoint(self, path: str) -> None:
         path = checkpoint_checks.resolve_checkpoint(path)
         if checkpoint_checks.is_textrain_checkpoint(path):
-            checkpoint_checks.check_init_checkpoint(path, self.model, self.config.init_allow_unexpected)
-            tf.train.Checkpoint(model=self.model).read(path).expect_partial()
-            log.info("initialised the model from %s (textrain checkpoint)", path)
+            loaded = checkpoint_checks.load_init_checkpoint(path, self.model, self.config.init_allow_unexpected)
+            log.info("initialised %d variables from %s (textrain checkpoint)", len(loaded), path)
         else:
             loaded = load_tf1_checkpoint(path, self.model.tf1_variable_map(),
                                          allow_unexpected=self.config.init_allow_unexpected)
