@@ -25,7 +25,6 @@ import json
 import os
 import socket
 import time
-from typing import Any
 
 import tensorflow as tf
 from absl import logging

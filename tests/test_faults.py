@@ -325,6 +325,12 @@ def test_second_trainer_on_one_model_dir_is_refused(usr, clean_data, tmp_path):
         holder.wait()
 
 
+def test_a_trainer_flag_out_of_range_is_one_line(usr, clean_data, tmp_path):
+    proc = _run(_train_args(usr, clean_data, str(tmp_path / "run"), "--num_train_steps=0"), env=_env())
+    assert proc.returncode == 1
+    assert "--num_train_steps must be > 0 (got 0)" in _error_line(proc, "textrain-train-gpu")
+
+
 # ============================================================================== settings
 @pytest.mark.parametrize("flags, named", [
     (["--max_seq_length=16"], ["--max_predictions_per_seq=20 exceeds the --max_seq_length - 3 = 13"]),

@@ -71,6 +71,7 @@ from typing import Any, Callable, Sequence
 import tensorflow as tf
 
 from models.base import StepOutput, TrainableModel
+from framework.cli import UserError
 from models.checkpoints import load_tf1_checkpoint
 
 from trainers import checkpoint_checks, nonfinite
@@ -82,6 +83,10 @@ log = logging.getLogger("textrain.trainer")
 DEFAULT_INIT_ALLOW_UNEXPECTED = (r"^cls/", r"^generator_predictions/", r"^discriminator_predictions/",
                                  r"^generator/", r"/lm_loss/", r"^model/lm_loss/", r"^bert/pooler/",
                                  r"^electra/pooler/")
+
+
+class TrainerSetupError(UserError, ValueError):
+    """A trainer flag the run cannot honour (one line from any CLI; still a ValueError)."""
 
 
 # ---------------------------------------------------------------------------------------- strategy
@@ -98,7 +103,7 @@ def make_strategy(kind: str = "auto", num_gpus: int = 0, *, tpu: str | None = No
     # MultiWorkerMirroredStrategy can no longer configure its collectives.
     if kind == "multi_worker":
         if "TF_CONFIG" not in os.environ:
-            raise ValueError("--strategy=multi_worker needs the TF_CONFIG environment variable "
+            raise TrainerSetupError("--strategy=multi_worker needs the TF_CONFIG environment variable "
                              "(cluster and task of this worker)")
         return tf.distribute.MultiWorkerMirroredStrategy()
     if kind == "tpu":
@@ -113,7 +118,7 @@ def make_strategy(kind: str = "auto", num_gpus: int = 0, *, tpu: str | None = No
         return tf.distribute.OneDeviceStrategy("/gpu:0" if gpus and num_gpus != 0 else "/cpu:0")
     if kind == "mirrored":
         return _mirrored_strategy(tuple(_mirrored_devices(num_gpus, gpus)))
-    raise ValueError(f"unknown strategy {kind!r}; use auto, one_device, mirrored, multi_worker or tpu")
+    raise TrainerSetupError(f"unknown strategy {kind!r}; use auto, one_device, mirrored, multi_worker or tpu")
 
 
 @functools.lru_cache(maxsize=None)
@@ -130,7 +135,7 @@ def _mirrored_devices(num_gpus: int, gpus: list) -> list[str]:
     cpus = tf.config.list_logical_devices("CPU")
     if not gpus and len(cpus) >= num_gpus:
         return [c.name for c in cpus[:num_gpus]]
-    raise ValueError(f"--num_gpus={num_gpus} but this machine has {len(gpus)} GPU(s) and {len(cpus)} "
+    raise TrainerSetupError(f"--num_gpus={num_gpus} but this machine has {len(gpus)} GPU(s) and {len(cpus)} "
                      f"logical CPU(s); lower --num_gpus")
 
 
@@ -195,7 +200,7 @@ class TrainConfig:
         ]
         for ok, message in checks:
             if not ok:
-                raise ValueError(message)
+                raise TrainerSetupError(f"--{message}")
 
 
 @dataclasses.dataclass
