@@ -44,8 +44,8 @@ import apache_beam as beam
 from absl import logging
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from framework.problem import (GenerationPlan, Problem, ProblemSpec, ShardJob, plan_generation,
-                               run_shard_job, write_manifests)
+from framework.problem import (GenerationPlan, Problem, ProblemSpec, ShardJob, generation_lock,
+                               plan_generation, run_shard_job, write_manifests)
 
 
 class _ProblemDoFn(beam.DoFn):
@@ -114,6 +114,12 @@ def generate_data(problem: Problem, data_dir: str, tmp_dir: str, *, options: str
 
     Waits for the pipeline (Beam's `with` block calls run().wait_until_finish()); the manifests are
     read back from data_dir, where the pipeline's last stage wrote them."""
+    with generation_lock(problem, data_dir):  # one writer per problem directory, as local datagen
+        return _generate_locked(problem, data_dir, tmp_dir, options, seed, overwrite, num_shards)
+
+
+def _generate_locked(problem: Problem, data_dir: str, tmp_dir: str, options: str | Sequence[str], seed: int,
+                     overwrite: bool, num_shards: dict[str, int] | None) -> dict[str, dict]:
     plan = plan_generation(problem, data_dir, tmp_dir, seed=seed, overwrite=overwrite,
                            num_shards=num_shards)
     if not plan.jobs:  # every shard exists already: only manifests (if any) are missing

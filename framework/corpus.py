@@ -15,15 +15,18 @@ from __future__ import annotations
 import bz2
 import gzip
 import io
+import zlib
 from typing import Iterable, Iterator, Sequence
 
 import tensorflow as tf
 from absl import logging
 
+from framework.cli import UserError
+
 BAD_UTF8_POLICIES = ("error", "replace", "skip")
 
 
-class CorpusError(ValueError):
+class CorpusError(UserError, ValueError):
     """Bad or missing input text; the message names the file (and line)."""
 
 
@@ -74,8 +77,9 @@ def iter_lines(path: str, on_bad_utf8: str = "error") -> Iterator[tuple[int, str
                         continue
                     line = raw.decode("utf-8", errors="replace")
                 yield lineno, line.rstrip("\r\n")
-        except (OSError, EOFError) as e:  # truncated/corrupt .gz or .bz2
-            raise CorpusError(f"{path}: cannot read ({e})") from e
+        except (OSError, EOFError, zlib.error) as e:  # truncated/corrupt .gz or .bz2
+            raise CorpusError(f"{path}: cannot read ({type(e).__name__}: {e}); the compressed file is "
+                              f"corrupt or truncated: re-download or re-compress it") from None
     if bad:
         verb = "skipped" if on_bad_utf8 == "skip" else "replaced bad bytes in"
         logging.warning("%s: %s %d line(s) that were not UTF-8", path, verb, bad)

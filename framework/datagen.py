@@ -38,6 +38,9 @@ flags.DEFINE_enum("runner", "local", ["local", "beam"],
 flags.DEFINE_string("beam_pipeline_options", "",
                     "With --runner=beam: Beam pipeline options as one string, e.g. \"--runner=DirectRunner "
                     "--direct_num_workers=2 --direct_running_mode=multi_processing\" (docs/BEAM.md).")
+flags.DEFINE_bool("verify", False, "Check every record's CRC and every shard's count against the manifests "
+                  "and regenerate only the shards that are missing or damaged (same settings and --seed "
+                  "as the original run).")
 
 
 def _summary(problem, data_dir: str, manifests: dict, seconds: float) -> str:
@@ -91,11 +94,15 @@ def main(argv: list[str]) -> None:
     num_shards = {"train": FLAGS.num_shards} if FLAGS.num_shards else None
     try:
         if FLAGS.runner == "beam":
+            if FLAGS.verify:
+                raise cli.UserError("--verify runs with --runner=local only (it reads every record here); "
+                                    "verify first, then run the Beam pipeline")
             manifests = _generate_with_beam(problem, num_shards)
         else:
             manifests = problem.generate_data(FLAGS.data_dir, FLAGS.tmp_dir, num_workers=FLAGS.num_workers,
                                               task_id=FLAGS.task_id, num_tasks=FLAGS.num_tasks,
-                                              seed=FLAGS.seed, overwrite=FLAGS.overwrite, num_shards=num_shards)
+                                              seed=FLAGS.seed, overwrite=FLAGS.overwrite, num_shards=num_shards,
+                                              verify=FLAGS.verify)
     except (ValueError, FileNotFoundError) as e:  # bad input: a clear message, no traceback
         raise cli.UserError(str(e)) from None
     print(_summary(problem, FLAGS.data_dir, manifests, time.time() - start))

@@ -14,9 +14,18 @@ Decisions:
 - A split is complete only when its manifest exists (written last). Re-running skips complete splits,
   keeps finished shards of an incomplete split made with the same settings, and redoes the rest. A
   data_dir whose manifest was made with other settings is refused, naming every differing setting.
+- One writer per problem directory: generate_data holds a lock file there (framework/locks.py); a
+  second concurrent run stops at once naming the holder. `.incomplete` files of dead writers are removed.
+- A complete split whose files no longer match its manifest (a shard missing, truncated, replaced:
+  a stat per shard) is repaired: the manifest is removed, the damaged shards are regenerated (shards are
+  deterministic, so the result equals an untouched run) and the manifest is written again. With
+  `verify=True` (`textrain-datagen --verify`) every record's CRC and every shard's count is checked too.
+- A failure while writing (disk full, permission denied) leaves no `.incomplete` file of this run and
+  no manifest.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -32,7 +41,9 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from framework import pipeline, records
+from framework import locks, pipeline, records
+from framework.cli import UserError
+from framework.flags import validate_settings
 
 
 class DatasetSplit:
@@ -66,8 +77,15 @@ class DataParams:
     drop_remainder: bool = True
 
 
-class SettingsMismatchError(ValueError):
+class SettingsMismatchError(UserError, ValueError):
     pass
+
+
+class MissingDataError(UserError, FileNotFoundError):
+    """A split that was never (completely) generated; the message says which datagen command makes it."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
 
 
 def _derive_seed(*parts: Any) -> int:
@@ -109,6 +127,7 @@ class Problem:
 
     def __init__(self, hparams: Any = None):
         self.hparams = hparams if hparams is not None else self.HParams()
+        validate_settings(self.hparams)  # declared ranges + the HParams' validate(), before any work
 
     @property
     def name(self) -> str:
@@ -165,9 +184,10 @@ class Problem:
 
     def generate_data(self, data_dir: str, tmp_dir: str, num_workers: int = 1, task_id: int | None = None,
                       num_tasks: int = 1, seed: int = 0, overwrite: bool = False,
-                      num_shards: dict[str, int] | None = None) -> dict[str, dict]:
+                      num_shards: dict[str, int] | None = None, verify: bool = False) -> dict[str, dict]:
         return generate_data(self, data_dir, tmp_dir, num_workers=num_workers, task_id=task_id,
-                             num_tasks=num_tasks, seed=seed, overwrite=overwrite, num_shards=num_shards)
+                             num_tasks=num_tasks, seed=seed, overwrite=overwrite, num_shards=num_shards,
+                             verify=verify)
 
     # ---------------------------------------------------------------- reading side
     def example_reading_spec(self) -> dict:
@@ -189,14 +209,25 @@ class Problem:
     def read_manifest(self, data_dir: str, split: str = DatasetSplit.TRAIN) -> dict:
         path = os.path.join(self.problem_dir(data_dir), records.manifest_filename(self.name, split))
         if not tf.io.gfile.exists(path):
-            raise FileNotFoundError(
+            raise MissingDataError(
                 f"{path} does not exist: the {split!r} split of {self.name} has not been (completely) "
                 f"generated in {data_dir}; run textrain-datagen --problem={self.name} --data_dir={data_dir}")
         return records.read_json(path)
 
     def data_files(self, data_dir: str, split: str) -> list[str]:
+        """The split's record files, checked against its manifest first (a stat each: names and sizes
+        recorded at write time), so a deleted, truncated or replaced shard is named before any training."""
         manifest = self.read_manifest(data_dir, split)
-        return [os.path.join(self.problem_dir(data_dir), s["file"]) for s in manifest["shards"]]
+        damage = records.check_split_files(self.problem_dir(data_dir), manifest)
+        if damage:
+            raise records.RecordError(
+                f"the {split!r} split in {self.problem_dir(data_dir)} does not match its manifest: "
+                f"{'; '.join(damage)}. Re-run textrain-datagen --problem={self.name} --data_dir={data_dir} "
+                f"(add --verify to check every record) with the settings the data was made with: it "
+                f"regenerates exactly those shards")
+        files = [os.path.join(self.problem_dir(data_dir), s["file"]) for s in manifest["shards"]]
+        records.note_files_opened(files)
+        return files
 
     def dataset(self, mode: str, data_dir: str, params: DataParams,
                 input_context: tf.distribute.InputContext | None = None,
@@ -328,12 +359,78 @@ class GenerationPlan:
     jobs: list[ShardJob]
 
 
-def plan_generation(problem: Problem, data_dir: str, tmp_dir: str, *, task_id: int | None = None,
-                    num_tasks: int = 1, seed: int = 0, overwrite: bool = False,
-                    num_shards: dict[str, int] | None = None) -> GenerationPlan:
-    """Build the vocabulary (`prepare`, here, once) and list the shards still to make."""
+def generate_data(problem: Problem, data_dir: str, tmp_dir: str, *, num_workers: int = 1,
+                  task_id: int | None = None, num_tasks: int = 1, seed: int = 0, overwrite: bool = False,
+                  num_shards: dict[str, int] | None = None, progress_every: float = 10.0,
+                  verify: bool = False) -> dict[str, dict]:
+    """Make every split's shards (this task's share of them) and, when all exist, its manifest.
+
+    Returns {split: manifest} for the splits that are complete after this call. Complete splits whose
+    files do not match their manifest are repaired (`verify`: every record read; see the module docstring).
+    The Beam runner (framework/beam_datagen.py) runs the same three steps under the same lock: plan,
+    run_shard_job per shard, write_manifests.
+    """
+    with generation_lock(problem, data_dir, task_id, num_tasks):
+        plan = plan_generation(problem, data_dir, tmp_dir, task_id=task_id, num_tasks=num_tasks, seed=seed,
+                               overwrite=overwrite, num_shards=num_shards, verify=verify)
+        _run_jobs(problem, data_dir, tmp_dir, seed, plan.jobs, num_workers, progress_every)
+        return write_manifests(problem, data_dir, plan)
+
+
+@contextlib.contextmanager
+def generation_lock(problem: Problem, data_dir: str, task_id: int | None = None, num_tasks: int = 1):
+    """One writer per problem directory (per task): hold its lock, remove the temporary files of writers
+    that died before, and on any failure remove this run's own temporary files."""
     if num_tasks < 1 or (task_id is not None and not 0 <= task_id < num_tasks):
         raise ValueError(f"--task_id must be in [0, --num_tasks={num_tasks}), got {task_id}")
+    out_dir = problem.problem_dir(data_dir)
+    tf.io.gfile.makedirs(out_dir)
+    lock = locks.acquire_dir_lock(out_dir, "textrain-datagen", _lock_name(task_id, num_tasks))
+    try:
+        for path in records.remove_stale_incomplete(out_dir):
+            logging.warning("removed %s, left by a writer that died", path)
+        yield
+    except BaseException:
+        records.remove_stale_incomplete(out_dir)  # a failed shard's (and killed workers') temporary files
+        raise
+    finally:
+        lock.release()
+
+
+def _lock_name(task_id: int | None, num_tasks: int) -> str:
+    """Machines sharing the shards (--task_id) each hold their own lock: they are meant to run together."""
+    return ".datagen.lock" if task_id is None else f".datagen-task{task_id}-of-{num_tasks}.lock"
+
+
+def _damaged_shards(problem: Problem, data_dir: str, split: str, verify: bool) -> list[str]:
+    """What is wrong with a complete split's shards: a stat each, and with `verify` a full CRC read."""
+    out_dir = problem.problem_dir(data_dir)
+    manifest = problem.read_manifest(data_dir, split)
+    if not verify:
+        return records.check_split_files(out_dir, manifest)
+    found = [records.verify_shard(os.path.join(out_dir, s["file"]), s) for s in manifest["shards"]]
+    return [f for f in found if f]
+
+
+def _repair_split(problem: Problem, data_dir: str, split: str, damage: list[str]) -> None:
+    """Drop the manifest and the damaged shards (and their stats) so they are made again."""
+    out_dir = problem.problem_dir(data_dir)
+    logging.warning("%s-%s does not match its manifest (%s); regenerating those shards", problem.name, split,
+                    "; ".join(damage))
+    manifest = problem.read_manifest(data_dir, split)
+    names = {d.split(" ", 1)[0].rstrip(":") for d in damage}
+    for shard in manifest["shards"]:
+        if shard["file"] in names:
+            records.remove_if_exists(os.path.join(out_dir, shard["file"]))
+            records.remove_if_exists(records.stats_path(os.path.join(out_dir, shard["file"])))
+    records.remove_if_exists(os.path.join(out_dir, records.manifest_filename(problem.name, split)))
+
+
+def plan_generation(problem: Problem, data_dir: str, tmp_dir: str, *, task_id: int | None = None,
+                    num_tasks: int = 1, seed: int = 0, overwrite: bool = False,
+                    num_shards: dict[str, int] | None = None, verify: bool = False) -> GenerationPlan:
+    """Build the vocabulary (`prepare`, here, once), repair complete splits whose files no longer match
+    their manifest, and list the shards still to make. Call it under `generation_lock`."""
     out_dir = problem.problem_dir(data_dir)
     tf.io.gfile.makedirs(out_dir)
     tf.io.gfile.makedirs(tmp_dir) if tmp_dir else None
@@ -346,8 +443,12 @@ def plan_generation(problem: Problem, data_dir: str, tmp_dir: str, *, task_id: i
     for split, n in splits:
         split_settings = dict(settings, num_shards=n)
         if _split_status(problem, data_dir, split, split_settings, seed, overwrite) == "complete":
-            logging.info("%s-%s is complete; skipping", problem.name, split)
-            continue
+            damage = _damaged_shards(problem, data_dir, split, verify)
+            if not damage:
+                logging.info("%s-%s is complete%s; skipping", problem.name, split,
+                             " and every record verified" if verify else "")
+                continue
+            _repair_split(problem, data_dir, split, damage)
         h = settings_hash(dict(split_settings, seed=seed))
         pending.append(split)
         for i in range(n):
@@ -386,21 +487,6 @@ def write_manifests(problem: Problem, data_dir: str, plan: GenerationPlan) -> di
             os.path.join(out_dir, records.manifest_filename(problem.name, split)), manifest)
         manifests[split] = manifest
     return manifests
-
-
-def generate_data(problem: Problem, data_dir: str, tmp_dir: str, *, num_workers: int = 1,
-                  task_id: int | None = None, num_tasks: int = 1, seed: int = 0, overwrite: bool = False,
-                  num_shards: dict[str, int] | None = None, progress_every: float = 10.0
-                  ) -> dict[str, dict]:
-    """Make every split's shards (this task's share of them) and, when all exist, its manifest.
-
-    Returns {split: manifest} for the splits that are complete after this call. The Beam runner
-    (framework/beam_datagen.py) runs the same three steps: plan, run_shard_job per shard, write_manifests.
-    """
-    plan = plan_generation(problem, data_dir, tmp_dir, task_id=task_id, num_tasks=num_tasks, seed=seed,
-                           overwrite=overwrite, num_shards=num_shards)
-    _run_jobs(problem, data_dir, tmp_dir, seed, plan.jobs, num_workers, progress_every)
-    return write_manifests(problem, data_dir, plan)
 
 
 def _run_jobs(problem: Problem, data_dir: str, tmp_dir: str, seed: int, jobs: list[ShardJob],

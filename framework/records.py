@@ -1,11 +1,17 @@
 """TFRecord files: examples, atomic sharded writing, bounded-memory shuffle, manifests, checked reading.
 
 File discipline (tensor2tensor's, made strict):
-- A shard is written as `<name>.incomplete` and renamed when whole; its statistics go to a
+- A shard is written as `<name>.<host>-<pid>.incomplete` (unique per writer, so two writers can never
+  mix bytes under one name) and renamed when whole; its statistics go to a
   `<name>.stats.json` sidecar that is renamed into place *before* the shard, so an existing shard always
   has its statistics and a half-written shard never has the final name.
 - A split's manifest is written last (also via rename). A split is complete only when its manifest
-  exists; the reader and the trainer read settings from it instead of from file names.
+  exists; the reader and the trainer read settings from it instead of from file names. Each shard entry
+  records the file's size in bytes (`size`), so a deleted, truncated or replaced shard is caught by a
+  stat before training (`check_split_files`); every record's CRC is read by `verify_shard`
+  (`textrain-datagen --verify`). Manifests written before sizes were recorded still load (names only).
+- `.incomplete` files left by a writer that died (same host, pid gone) are removed by
+  `remove_stale_incomplete` when the next writer starts or a shard fails.
 - Shuffling a shard is exact (a uniform permutation) and bounded in memory: records are buffered up to
   `shuffle_memory_bytes`; past that they are spilled to random bucket files, each bucket is shuffled in
   memory, and the buckets are concatenated.
@@ -15,16 +21,20 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
+import socket
 import time
 from typing import Any, Iterable, Iterator, Mapping
 
 import numpy as np
 import tensorflow as tf
 
+from framework.cli import UserError
+
 MANIFEST_VERSION = 1
 
 
-class RecordError(ValueError):
+class RecordError(UserError, ValueError):
     """A record that cannot be written or read; the message names the feature or the file."""
 
 
@@ -192,11 +202,48 @@ def serialize_samples(samples: list[Mapping[str, Any]]) -> tuple[list[bytes], di
 # ----------------------------------------------------------------------------------------------- #
 # atomic file helpers
 # ----------------------------------------------------------------------------------------------- #
+_HOST = re.sub(r"[^A-Za-z0-9_]", "_", socket.gethostname()) or "host"
+_TAGGED = re.compile(r"\.([A-Za-z0-9_]+)-(\d+)\.incomplete$")
+
+
+def incomplete_path(path: str, part: str = "") -> str:
+    """The temporary name of `path` while this process writes it: unique per host and pid."""
+    return f"{path}{'.' + part if part else ''}.{_HOST}-{os.getpid()}.incomplete"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_stale_incomplete(directory: str) -> list[str]:
+    """Remove the `.incomplete` files in `directory` whose writer is gone (this host, pid not alive;
+    untagged ones from older versions too). Files of live writers and of other hosts are left alone.
+    Returns the removed paths."""
+    removed = []
+    for path in tf.io.gfile.glob(os.path.join(directory, "*.incomplete")):
+        m = _TAGGED.search(path)
+        if m and (m.group(1) != _HOST or _pid_alive(int(m.group(2)))):
+            continue
+        remove_if_exists(path)
+        removed.append(path)
+    return removed
+
+
 def write_text_atomic(path: str, text: str) -> None:
-    tmp = path + ".incomplete"
-    with tf.io.gfile.GFile(tmp, "w") as f:
-        f.write(text)
-    tf.io.gfile.rename(tmp, path, overwrite=True)
+    tmp = incomplete_path(path)
+    try:
+        with tf.io.gfile.GFile(tmp, "w") as f:
+            f.write(text)
+        tf.io.gfile.rename(tmp, path, overwrite=True)
+    except BaseException:
+        remove_if_exists(tmp)
+        raise
 
 
 def write_json_atomic(path: str, obj: Any) -> None:
@@ -273,7 +320,7 @@ class _BoundedShuffler:
             self._spill()
 
     def _bucket_path(self, i: int) -> str:
-        return f"{self.tmp_prefix}.bucket{i:03d}.incomplete"
+        return incomplete_path(self.tmp_prefix, f"bucket{i:03d}")
 
     def _spill(self) -> None:
         if self.buckets is None:
@@ -305,7 +352,7 @@ class _BoundedShuffler:
 def write_shard(path: str, samples: Iterable[Mapping[str, Any]], *, shuffle_rng: random.Random | None,
                 settings_hash: str, shuffle_memory_bytes: int = 256 << 20) -> dict:
     """Write one shard atomically; returns its statistics (also stored beside it)."""
-    tmp = path + ".incomplete"
+    tmp = incomplete_path(path)
     stats = _Stats()
     shuffler = (_BoundedShuffler(shuffle_rng, path, shuffle_memory_bytes)
                 if shuffle_rng is not None else None)
@@ -327,9 +374,14 @@ def write_shard(path: str, samples: Iterable[Mapping[str, Any]], *, shuffle_rng:
         if shuffler is not None:
             shuffler.cleanup()
         raise
-    result = dict(stats.as_dict(), file=os.path.basename(path), settings_hash=settings_hash)
-    write_json_atomic(stats_path(path), result)
-    tf.io.gfile.rename(tmp, path, overwrite=True)
+    try:
+        result = dict(stats.as_dict(), file=os.path.basename(path), settings_hash=settings_hash,
+                      size=tf.io.gfile.stat(tmp).length)
+        write_json_atomic(stats_path(path), result)
+        tf.io.gfile.rename(tmp, path, overwrite=True)
+    except BaseException:
+        remove_if_exists(tmp)
+        raise
     return result
 
 
@@ -338,7 +390,11 @@ def completed_shard_stats(path: str, settings_hash: str) -> dict | None:
     if not (tf.io.gfile.exists(path) and tf.io.gfile.exists(stats_path(path))):
         return None
     stats = read_json(stats_path(path))
-    return stats if stats.get("settings_hash") == settings_hash else None
+    if stats.get("settings_hash") != settings_hash:
+        return None
+    if "size" in stats and tf.io.gfile.stat(path).length != int(stats["size"]):
+        return None  # truncated or replaced since it was written
+    return stats
 
 
 def merge_stats(shard_stats: list[dict]) -> dict:
@@ -347,7 +403,7 @@ def merge_stats(shard_stats: list[dict]) -> dict:
         for k, v in s["feature_max"].items():
             feature_max[k] = max(v, feature_max.get(k, v))
     return {"num_examples": sum(s["count"] for s in shard_stats),
-            "shards": [{"file": s["file"], "count": s["count"]} for s in shard_stats],
+            "shards": [{k: s[k] for k in ("file", "count", "size") if k in s} for s in shard_stats],
             "feature_max": feature_max}
 
 
@@ -361,13 +417,39 @@ def make_manifest(problem: str, split: str, seed: int, settings: dict, settings_
 # ----------------------------------------------------------------------------------------------- #
 # reading
 # ----------------------------------------------------------------------------------------------- #
+# The record files this process opened for reading (Problem.data_files notes them), so a DataLossError
+# that reaches framework.cli without a file name can be explained with the file and offset.
+_OPENED: dict[str, None] = {}
+
+
+def note_files_opened(paths: Iterable[str]) -> None:
+    _OPENED.update(dict.fromkeys(paths))
+
+
+def files_opened() -> list[str]:
+    return list(_OPENED)
+
+
+def tf_message(error: Exception) -> str:
+    """The first line of a TF error's message without its '{{function_node ...}}' and '[Op:...]' wrapping."""
+    text = str(getattr(error, "message", error)).strip().splitlines()[0] if str(error).strip() else ""
+    text = re.sub(r"\{\{function_node [^}]*\}\}\s*", "", text)
+    return re.sub(r"\s*\[Op:[^\]]*\].*$", "", text).strip()
+
+
+def _verify_hint(path: str) -> str:
+    problem_dir = os.path.dirname(path)
+    return (f"run textrain-datagen --verify --problem={os.path.basename(problem_dir)} "
+            f"--data_dir={os.path.dirname(problem_dir) or '.'} (with the settings the data was made with) "
+            f"to regenerate the damaged shards")
+
+
 def count_records(path: str) -> int:
-    """Number of records in one file; DataLossError is re-raised naming the file."""
+    """Number of records in one file, every record's CRC checked; DataLossError is re-raised naming the file."""
     try:
         return int(tf.data.TFRecordDataset(path).reduce(np.int64(0), lambda n, _: n + 1))
     except tf.errors.DataLossError as e:
-        raise RecordError(f"{path}: corrupt TFRecord ({e.message.strip()}); delete it and re-run "
-                          f"datagen, which redoes incomplete splits") from None
+        raise RecordError(f"{path}: corrupt TFRecord ({tf_message(e)}); {_verify_hint(path)}") from None
 
 
 def find_corrupt_file(paths: Iterable[str]) -> str | None:
@@ -376,12 +458,54 @@ def find_corrupt_file(paths: Iterable[str]) -> str | None:
             count_records(p)
         except RecordError:
             return p
+        except tf.errors.NotFoundError:  # gone since: not the file that gave the data loss
+            continue
     return None
 
 
 def explain_data_loss(error: Exception, paths: Iterable[str]) -> RecordError:
-    """Turn tf.data's file-less 'corrupted record' error into one that names the file."""
+    """Turn tf.data's file-less 'corrupted record at N' error into one that names the file and offset."""
+    message = tf_message(error)
+    offset = re.search(r"(corrupted|truncated) record at (\d+)", message)
+    if offset:  # the damaged file is longer than the offset: read only those
+        paths = [p for p in paths if tf.io.gfile.exists(p) and tf.io.gfile.stat(p).length > int(offset.group(2))]
     bad = find_corrupt_file(paths)
     where = bad if bad else "one of the input files"
-    return RecordError(f"{where}: corrupt TFRecord ({getattr(error, 'message', error)}); delete it "
-                       f"(and its split's manifest) and re-run datagen")
+    at = f" at byte offset {offset.group(2)}" if offset else ""
+    kind = offset.group(1) if offset else "corrupt"
+    hint = _verify_hint(bad) if bad else "run textrain-datagen --verify on the data_dir to find and regenerate it"
+    return RecordError(f"{where}: {kind} record{at} ({message}); {hint}")
+
+
+def check_split_files(problem_dir: str, manifest: dict) -> list[str]:
+    """What is wrong with a split's files compared with its manifest: missing files and files whose
+    size differs from the size recorded at write time (a stat per shard; manifests without sizes are
+    checked for presence only). Empty when all is well."""
+    problems = []
+    for shard in manifest.get("shards", []):
+        path = os.path.join(problem_dir, shard["file"])
+        try:
+            size = tf.io.gfile.stat(path).length
+        except tf.errors.NotFoundError:
+            problems.append(f"{shard['file']} is missing")
+            continue
+        if "size" in shard and int(shard["size"]) != size:
+            problems.append(f"{shard['file']} has {size} bytes, the manifest says {shard['size']}")
+    return problems
+
+
+def verify_shard(path: str, expected: dict | None = None) -> str | None:
+    """Read every record of a shard (CRC checked) and compare with its manifest entry; None when sound,
+    else what is wrong."""
+    name = os.path.basename(path)
+    if not tf.io.gfile.exists(path):
+        return f"{name} is missing"
+    if expected and "size" in expected and tf.io.gfile.stat(path).length != int(expected["size"]):
+        return f"{name} has {tf.io.gfile.stat(path).length} bytes, the manifest says {expected['size']}"
+    try:
+        count = int(tf.data.TFRecordDataset(path).reduce(np.int64(0), lambda n, _: n + 1))
+    except tf.errors.DataLossError as e:
+        return f"{name}: {tf_message(e)}"
+    if expected and count != int(expected["count"]):
+        return f"{name} holds {count} records, the manifest says {expected['count']}"
+    return None

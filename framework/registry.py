@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 from typing import TypeVar
 
+from framework.cli import UserError
+
 T = TypeVar("T")
 
 _FIRST_CAP = re.compile(r"(.)([A-Z][a-z0-9]+)")
@@ -18,6 +20,13 @@ _ALL_CAP = re.compile(r"([a-z0-9])([A-Z])")
 def snake_case(name: str) -> str:
     """`TranslateEnzhSub8k` -> `translate_enzh_sub8k`, `BertPretrain` -> `bert_pretrain`."""
     return _ALL_CAP.sub(r"\1_\2", _FIRST_CAP.sub(r"\1_\2", name)).lower()
+
+
+class UnknownNameError(UserError, KeyError):
+    """An unregistered problem/model name (a KeyError, as before; a UserError: one line from any CLI)."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
 
 
 class Registry:
@@ -48,7 +57,7 @@ class Registry:
     def get(self, name: str) -> type:
         if name not in self._items:
             known = ", ".join(sorted(self._items)) or "(none)"
-            raise KeyError(
+            raise UnknownNameError(
                 f"unknown {self.kind} {name!r}. Registered {self.kind}s: {known}. "
                 f"Built-in {self.kind}s are registered by `import {self.builtin_module}`; your own by "
                 f"importing the module that defines them (datagen/trainers: --usr_dir).")

@@ -57,8 +57,10 @@ from typing import Callable, Iterable, Iterator, Mapping, Protocol, Sequence, ru
 import tensorflow as tf
 from absl import logging
 
+from framework.cli import UserError
 
-class EncoderError(ValueError):
+
+class EncoderError(UserError, ValueError):
     """A missing or malformed vocabulary/model file; the message names the file."""
 
 
@@ -561,7 +563,10 @@ def build_wordpiece_vocab(inputs: str | Sequence[str] | Iterable[str], vocab_siz
     word_counts: collections.Counter = collections.Counter()
     for line in _iter_text_lines(inputs):
         if line.strip():
-            word_counts.update(w for w, _ in pre_tokenize(normalize(line)))
+            # A word longer than MAX_INPUT_CHARS_PER_WORD is [UNK] when encoding, so it has nothing to
+            # teach; skipping it also keeps learning linear in the input (merging inside one
+            # 20,000-character word is quadratic in its length).
+            word_counts.update(w for w, _ in pre_tokenize(normalize(line)) if len(w) <= MAX_INPUT_CHARS_PER_WORD)
     if not word_counts:
         raise ValueError(f"no text to build a WordPiece vocab from ({inputs!r})")
     pieces = learn_wordpiece(word_counts, vocab_size - len(BERT_SPECIAL_TOKENS), min_frequency,
@@ -577,7 +582,9 @@ def learn_wordpiece(word_counts: Mapping[str, int], size: int, min_frequency: in
     """Up to `size` WordPiece pieces learned bottom-up from word counts (BPE merges with `##`
     continuation pieces, as HF's WordPieceTrainer learns them), deterministically: the most frequent
     pair is merged first, ties broken by the pieces' text. Words with a character outside the
-    `limit_alphabet` most frequent ones are left out (they become [UNK], as with HF)."""
+    `limit_alphabet` most frequent ones are left out (they become [UNK], as with HF). Callers pass
+    words of at most MAX_INPUT_CHARS_PER_WORD characters (longer ones are [UNK] anyway); the merging is
+    linear in the number of words but quadratic in one word's length."""
     char_counts: collections.Counter = collections.Counter()
     for word, count in word_counts.items():
         for ch in word:

@@ -80,6 +80,7 @@ import tensorflow as tf
 from absl import logging
 
 from framework import corpus, word_segmenters
+from framework.flags import help_text
 from framework.problem import shard_np_rng, shard_rng
 from framework.registry import register_problem
 from framework.text_problems import WordpieceCorpusProblem, select_documents
@@ -92,9 +93,9 @@ RANDOM_DOCUMENT_TRIES = 10      # draws to find a document other than the curren
 MASKING_BATCH = 256             # pairs masked together (numpy); bounds memory, amortizes overhead
 
 
-def _setting(default: Any, help_text: str) -> Any:
-    """A settings field whose help text becomes the flag's (framework/flags.py)."""
-    return dataclasses.field(default=default, metadata={"help": help_text})
+def _setting(default: Any, text: str, **accepts: Any) -> Any:
+    """A settings field whose help text and accepted values (framework.flags.help_text) become the flag's."""
+    return dataclasses.field(default=default, metadata=help_text(text, **accepts))
 
 
 @dataclasses.dataclass
@@ -111,33 +112,34 @@ class BertPretrainHParams:
     do_whole_word_mask: bool = _setting(False, "Mask whole words (a piece and its ## continuations).")
     word_segmenter: str = _setting("", "With --do_whole_word_mask: 'jieba' groups CJK characters (one token "
                                        "each) by the segmenter's words, as Chinese-BERT-wwm; empty: ## only.")
-    max_seq_length: int = _setting(128, "Tokens per example, [CLS] and [SEP]s included.")
-    max_predictions_per_seq: int = _setting(20, "Most masked-LM predictions per example.")
+    max_seq_length: int = _setting(128, "Tokens per example, [CLS] and [SEP]s included.", low=5)
+    max_predictions_per_seq: int = _setting(20, "Most masked-LM predictions per example "
+                                                "(at most --max_seq_length - 3).", low=1)
     random_seed: int = _setting(12345, "Seed of the original script; folded together with --seed.")
-    dupe_factor: int = _setting(10, "Passes over the corpus, each with new pairs and masks.")
-    masked_lm_prob: float = _setting(0.15, "Share of the tokens to mask.")
-    short_seq_prob: float = _setting(0.1, "Probability of a document aiming at a random shorter length.")
-    on_bad_utf8: str = _setting("error", "Input bytes that are not UTF-8: error | replace | skip.")
-    dev_fraction: float = _setting(0.0, "Share of the documents held out as the dev split (0: none).")
+    dupe_factor: int = _setting(10, "Passes over the corpus, each with new pairs and masks.", low=1)
+    masked_lm_prob: float = _setting(0.15, "Share of the tokens to mask.", low=0.0, low_open=True, high=1.0)
+    short_seq_prob: float = _setting(0.1, "Probability of a document aiming at a random shorter length.",
+                                     low=0.0, high=1.0)
+    on_bad_utf8: str = _setting("error", "Input bytes that are not UTF-8: error | replace | skip.",
+                                choices=corpus.BAD_UTF8_POLICIES)
+    dev_fraction: float = _setting(0.0, "Share of the documents held out as the dev split (0: none).",
+                                   low=0.0, high=1.0, high_open=True)
 
     def validate(self) -> None:
-        """Refuse settings the algorithm cannot honour, naming the flag."""
+        """Relations between settings (each field's own range is declared above and checked by
+        framework.flags.validate_settings first), naming the flags.
+
+        Masked positions are chosen among the tokens of `[CLS] A [SEP] B [SEP]` other than the three
+        specials (create_pretraining_data's candidates), so at most max_seq_length - 3 positions can
+        ever be predicted; a larger max_predictions_per_seq is a mistake, refused here."""
         checks = [
-            (self.max_seq_length >= 5, "--max_seq_length must be >= 5 ([CLS] A [SEP] B [SEP] with "
-                                       f"A and B non-empty), got {self.max_seq_length}"),
-            (self.max_predictions_per_seq >= 1,
-             f"--max_predictions_per_seq must be >= 1, got {self.max_predictions_per_seq}"),
-            (self.dupe_factor >= 1, f"--dupe_factor must be >= 1, got {self.dupe_factor}"),
-            (0.0 < self.masked_lm_prob <= 1.0,
-             f"--masked_lm_prob must be in (0, 1], got {self.masked_lm_prob}"),
-            (0.0 <= self.short_seq_prob <= 1.0,
-             f"--short_seq_prob must be in [0, 1], got {self.short_seq_prob}"),
-            (0.0 <= self.dev_fraction < 1.0,
-             f"--dev_fraction must be in [0, 1), got {self.dev_fraction}"),
+            (self.max_predictions_per_seq <= self.max_seq_length - 3,
+             f"--max_predictions_per_seq={self.max_predictions_per_seq} exceeds the "
+             f"--max_seq_length - 3 = {self.max_seq_length - 3} tokens that can be masked ([CLS] and two "
+             f"[SEP] never are); lower --max_predictions_per_seq (the original uses about "
+             f"max_seq_length * masked_lm_prob) or raise --max_seq_length"),
             (self.vocab_size >= 10 or bool(self.vocab_file),
              f"--vocab_size must be >= 10 to build a vocab, got {self.vocab_size}"),
-            (self.on_bad_utf8 in corpus.BAD_UTF8_POLICIES,
-             f"--on_bad_utf8 must be one of {corpus.BAD_UTF8_POLICIES}, got {self.on_bad_utf8!r}"),
             (self.word_segmenter in ("", *word_segmenters.SEGMENTERS),
              f"--word_segmenter must be one of {word_segmenters.SEGMENTERS} or empty, got {self.word_segmenter!r}"),
             (not self.word_segmenter or self.do_whole_word_mask,

@@ -229,7 +229,8 @@ class ElectraPretrainHParams:
         "WordPiece vocab; empty = build one of --vocab_size tokens from the corpus into the problem's dir."))
     vocab_size: int = dataclasses.field(default=30522, metadata=help_text(
         "Size of a vocab built from the corpus (the real size is recorded in the manifest)."))
-    max_seq_length: int = dataclasses.field(default=128, metadata=help_text("Tokens per example."))
+    max_seq_length: int = dataclasses.field(default=128, metadata=help_text("Tokens per example.",
+                                                                             low=MIN_RANDOM_TARGET))
     do_lower_case: bool = dataclasses.field(default=True, metadata=help_text("Lower-case the text."))
     strip_accents: bool = dataclasses.field(default=True, metadata=help_text(
         "Strip accents when lower-casing (ELECTRA's tokenizer option)."))
@@ -237,9 +238,11 @@ class ElectraPretrainHParams:
         "Blank lines end documents; False: blank lines are skipped and a document is a whole file."))
     carry_overflow: bool = dataclasses.field(default=False, metadata=help_text(
         "Carry the text that overflows an example into the next one instead of dropping it."))
-    on_bad_utf8: str = dataclasses.field(default="error", metadata=help_text("error | replace | skip"))
+    on_bad_utf8: str = dataclasses.field(default="error", metadata=help_text(
+        "error | replace | skip", choices=corpus.BAD_UTF8_POLICIES))
     dev_fraction: float = dataclasses.field(default=0.0, metadata=help_text(
-        "Share of documents held out as the dev split (0: train only, as the original)."))
+        "Share of documents held out as the dev split (0: train only, as the original).",
+        low=0.0, high=1.0, high_open=True))
     do_whole_word_mask: bool = dataclasses.field(default=False, metadata=help_text(
         "Also write `word_start` (1 = the token starts a word, 0 = it continues one: a ## piece, or with "
         "--word_segmenter a CJK character inside a segmenter word); the model then masks whole words."))
@@ -247,15 +250,11 @@ class ElectraPretrainHParams:
         "With --do_whole_word_mask: 'jieba' groups CJK characters by jieba's words (Chinese-BERT-wwm)."))
 
     def validate(self) -> None:
-        """Refuse settings the builder cannot honour, naming the flag."""
+        """Relations between settings, naming the flags (each field's own range is declared above and
+        checked first by framework.flags.validate_settings)."""
         checks = [
-            (self.max_seq_length >= MIN_RANDOM_TARGET,
-             f"--max_seq_length must be >= {MIN_RANDOM_TARGET}, got {self.max_seq_length}"),
-            (0.0 <= self.dev_fraction < 1.0, f"--dev_fraction must be in [0, 1), got {self.dev_fraction}"),
             (self.vocab_size > 5 or bool(self.vocab_file),
              f"--vocab_size must be > 5 to build a vocab, got {self.vocab_size}"),
-            (self.on_bad_utf8 in corpus.BAD_UTF8_POLICIES,
-             f"--on_bad_utf8 must be one of {corpus.BAD_UTF8_POLICIES}, got {self.on_bad_utf8!r}"),
             (self.word_segmenter in ("", *word_segmenters.SEGMENTERS),
              f"--word_segmenter must be one of {word_segmenters.SEGMENTERS} or empty, got {self.word_segmenter!r}"),
             (not self.word_segmenter or self.do_whole_word_mask,

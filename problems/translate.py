@@ -18,6 +18,7 @@ import os
 from typing import Iterator
 
 from framework import corpus
+from framework.flags import help_text
 from framework.problem import DatasetSplit
 from framework.registry import register_problem
 from framework.text_problems import Text2TextProblem
@@ -26,9 +27,10 @@ from framework.text_problems import Text2TextProblem
 @dataclasses.dataclass
 class TranslateHParams:
     dev_every: int = dataclasses.field(
-        default=100, metadata={"help": "translate: every N-th line pair goes to the dev split"})
+        default=100, metadata=help_text("translate: every N-th line pair goes to the dev split", low=2))
     on_bad_utf8: str = dataclasses.field(
-        default="error", metadata={"help": "Input bytes that are not UTF-8: error | replace | skip"})
+        default="error", metadata=help_text("Input bytes that are not UTF-8: error | replace | skip",
+                                            choices=corpus.BAD_UTF8_POLICIES))
 
 
 def _find(tmp_dir: str, name: str) -> str:

@@ -91,21 +91,25 @@ class XlnetPretrainHParams:
     sp_model: str = dataclasses.field(default="", metadata=help_text(
         "SentencePiece model; empty: train one (XLNet recipe) into <data_dir>/<problem>/spiece.model."))
     vocab_size: int = dataclasses.field(default=32000, metadata=help_text(
-        "Vocabulary size of a SentencePiece model trained by datagen."))
+        "Vocabulary size of a SentencePiece model trained by datagen.", low=10))
     uncased: bool = False
-    seq_len: int = 512
-    reuse_len: int = 256
-    bsz_per_host: int = 32
-    num_core_per_host: int = 8
+    seq_len: int = dataclasses.field(default=512, metadata=help_text("Tokens per example.", low=5))
+    reuse_len: int = dataclasses.field(default=256, metadata=help_text(
+        "Tokens reused as memory by the next segment (< seq_len - 3).", low=0))
+    bsz_per_host: int = dataclasses.field(default=32, metadata=help_text("Rows per host (batch).", low=1))
+    num_core_per_host: int = dataclasses.field(default=8, metadata=help_text("Cores per host.", low=1))
     bi_data: bool = True
-    mask_alpha: int = 6
-    mask_beta: int = 1
-    num_predict: int = 85
+    mask_alpha: int = dataclasses.field(default=6, metadata=help_text(
+        "How many tokens form a group (span context).", low=1))
+    mask_beta: int = dataclasses.field(default=1, metadata=help_text(
+        "How many tokens to mask within each group.", low=1))
+    num_predict: int = dataclasses.field(default=85, metadata=help_text("Tokens to predict.", low=1))
     use_eod: bool = True
-    num_passes: int = 1
+    num_passes: int = dataclasses.field(default=1, metadata=help_text("Passes over the corpus.", low=1))
     perm_size: int = dataclasses.field(default=0, metadata=help_text(
-        "Factorisation-order block size at read time; 0 = reuse_len."))
-    on_bad_utf8: str = "error"
+        "Factorisation-order block size at read time; 0 = reuse_len.", low=0))
+    on_bad_utf8: str = dataclasses.field(default="error", metadata=help_text(
+        "Input bytes that are not UTF-8: error | replace | skip.", choices=corpus.BAD_UTF8_POLICIES))
 
 
 def validate_hparams(hp: XlnetPretrainHParams) -> None:

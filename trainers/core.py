@@ -50,8 +50,13 @@ Decisions (and why):
   collective executor remembers the first one's shapes (mismatch errors). So `make_strategy` returns the
   same MirroredStrategy for the same devices every time it is asked (several Trainers, or several test
   files, in one process share it).
-- SIGTERM (preemption) sets a flag; the loop saves a checkpoint at the end of the current host loop and
-  `train` returns with `preempted=True` (the CLI exits 143).
+- SIGTERM (preemption) and SIGINT (Ctrl-C) set a flag; the loop saves a checkpoint at the end of the
+  current host loop and `train` returns with `preempted=True` and `stop_signal` (the CLI exits 128 + it:
+  143 / 130). A second Ctrl-C interrupts at once.
+- Faults (trainers/checkpoint_checks.py, trainers/nonfinite.py): the chief locks model_dir and removes
+  `ckpt-N_temp*` folders of interrupted saves; a checkpoint in model_dir or an init_checkpoint that does
+  not fit the model is refused, listing the variables, before anything is restored; non-finite steps
+  say whether the loss or the gradient norm was non-finite; a run whose steps were mostly skipped fails.
 """
 from __future__ import annotations
 
@@ -66,8 +71,10 @@ from typing import Any, Callable, Sequence
 import tensorflow as tf
 
 from models.base import StepOutput, TrainableModel
+from framework.cli import UserError
 from models.checkpoints import load_tf1_checkpoint
 
+from trainers import checkpoint_checks, nonfinite
 from trainers.optimization import Optimizer
 
 log = logging.getLogger("textrain.trainer")
@@ -76,6 +83,10 @@ log = logging.getLogger("textrain.trainer")
 DEFAULT_INIT_ALLOW_UNEXPECTED = (r"^cls/", r"^generator_predictions/", r"^discriminator_predictions/",
                                  r"^generator/", r"/lm_loss/", r"^model/lm_loss/", r"^bert/pooler/",
                                  r"^electra/pooler/")
+
+
+class TrainerSetupError(UserError, ValueError):
+    """A trainer flag the run cannot honour (one line from any CLI; still a ValueError)."""
 
 
 # ---------------------------------------------------------------------------------------- strategy
@@ -92,7 +103,7 @@ def make_strategy(kind: str = "auto", num_gpus: int = 0, *, tpu: str | None = No
     # MultiWorkerMirroredStrategy can no longer configure its collectives.
     if kind == "multi_worker":
         if "TF_CONFIG" not in os.environ:
-            raise ValueError("--strategy=multi_worker needs the TF_CONFIG environment variable "
+            raise TrainerSetupError("--strategy=multi_worker needs the TF_CONFIG environment variable "
                              "(cluster and task of this worker)")
         return tf.distribute.MultiWorkerMirroredStrategy()
     if kind == "tpu":
@@ -107,7 +118,7 @@ def make_strategy(kind: str = "auto", num_gpus: int = 0, *, tpu: str | None = No
         return tf.distribute.OneDeviceStrategy("/gpu:0" if gpus and num_gpus != 0 else "/cpu:0")
     if kind == "mirrored":
         return _mirrored_strategy(tuple(_mirrored_devices(num_gpus, gpus)))
-    raise ValueError(f"unknown strategy {kind!r}; use auto, one_device, mirrored, multi_worker or tpu")
+    raise TrainerSetupError(f"unknown strategy {kind!r}; use auto, one_device, mirrored, multi_worker or tpu")
 
 
 @functools.lru_cache(maxsize=None)
@@ -124,7 +135,7 @@ def _mirrored_devices(num_gpus: int, gpus: list) -> list[str]:
     cpus = tf.config.list_logical_devices("CPU")
     if not gpus and len(cpus) >= num_gpus:
         return [c.name for c in cpus[:num_gpus]]
-    raise ValueError(f"--num_gpus={num_gpus} but this machine has {len(gpus)} GPU(s) and {len(cpus)} "
+    raise TrainerSetupError(f"--num_gpus={num_gpus} but this machine has {len(gpus)} GPU(s) and {len(cpus)} "
                      f"logical CPU(s); lower --num_gpus")
 
 
@@ -189,7 +200,7 @@ class TrainConfig:
         ]
         for ok, message in checks:
             if not ok:
-                raise ValueError(message)
+                raise TrainerSetupError(f"--{message}")
 
 
 @dataclasses.dataclass
@@ -203,6 +214,7 @@ class TrainResult:
     skipped_steps: int
     preempted: bool
     checkpoint: str | None
+    stop_signal: int = 0                # the signal that stopped the run early (SIGTERM / SIGINT), else 0
 
 
 def set_precision_policy(precision: str) -> None:
@@ -227,11 +239,13 @@ class Trainer:
         self.config = config
         self.dataset_fn = dataset_fn
         self.is_chief = _is_chief(strategy)
+        self._dir_lock = checkpoint_checks.prepare_model_dir(config.model_dir, self.is_chief)
         self.input_context = input_context(strategy)
         self.num_replicas = strategy.num_replicas_in_sync
         self.num_local = max(len(strategy.extended.worker_devices), 1)
         set_precision_policy(config.precision)
         self._stop_requested = False
+        self._stop_signal = 0
         self._skipped = 0
 
         sample = next(iter(dataset_fn(self.input_context)))  # one per-replica batch, to build the model
@@ -305,6 +319,7 @@ class Trainer:
     def _restore(self) -> str | None:
         latest = tf.train.latest_checkpoint(self.config.model_dir)
         if latest:
+            checkpoint_checks.check_model_dir_checkpoint(latest, self.model, self.config.model_dir)
             self.checkpoint.restore(latest).assert_existing_objects_matched()
             self._restore_input_pipeline(int(self.step.numpy()))
             log.info("restored %s (step %d)", latest, int(self.step.numpy()))
@@ -324,12 +339,10 @@ class Trainer:
             log.warning("no input-pipeline checkpoint %s: this worker's data starts from the beginning", path)
 
     def _load_init_checkpoint(self, path: str) -> None:
-        if tf.io.gfile.isdir(path):
-            path = tf.train.latest_checkpoint(path) or path
-        names = [n for n, _ in tf.train.list_variables(path)]
-        if "_CHECKPOINTABLE_OBJECT_GRAPH" in names:
-            tf.train.Checkpoint(model=self.model).read(path).expect_partial()
-            log.info("initialised the model from %s (textrain checkpoint)", path)
+        path = checkpoint_checks.resolve_checkpoint(path)
+        if checkpoint_checks.is_textrain_checkpoint(path):
+            loaded = checkpoint_checks.load_init_checkpoint(path, self.model, self.config.init_allow_unexpected)
+            log.info("initialised %d variables from %s (textrain checkpoint)", len(loaded), path)
         else:
             loaded = load_tf1_checkpoint(path, self.model.tf1_variable_map(),
                                          allow_unexpected=self.config.init_allow_unexpected)
@@ -452,17 +465,19 @@ class Trainer:
         last = self._zero_stats()
         done = tf.constant(0, tf.int64)
         skipped = tf.constant(0, tf.int64)
+        bad = tf.zeros([2])  # loss and gradient norm of the last non-finite step
         for _ in tf.range(num_steps):
             last = self._one_step()
             done += 1
             self.step.assign_add(1)
             if last["finite"] < 0.5:
                 skipped += 1
+                bad = tf.stack([last["loss"], last["grad_norm"]])
                 if self.config.nan_policy == "raise":
                     break
             else:
                 sums = {n: sums[n] + last[n] for n in sums}
-        return sums, last, done, skipped
+        return sums, last, done, skipped, bad
 
     def _reset_state(self) -> None:
         initial = lambda: tf.nest.map_structure(  # noqa: E731
@@ -482,6 +497,8 @@ class Trainer:
         rate = steps_rate = 0.0
         saved = None
         saved_step = -1
+        run_steps = run_skipped = 0
+        last_bad = None
         try:
             step = start_step
             while step < cfg.num_train_steps and not self._stop_requested:
@@ -490,7 +507,7 @@ class Trainer:
                 n = self._loop_length(step)
                 t0 = time.time()
                 try:
-                    sums, last, done, skipped = self._loop_fn(tf.constant(n, tf.int64))
+                    sums, last, done, skipped, bad = self._loop_fn(tf.constant(n, tf.int64))
                 except tf.errors.OutOfRangeError:
                     log.warning("input exhausted at step %d; stopping", int(self.step.numpy()))
                     break
@@ -498,11 +515,14 @@ class Trainer:
                 step = int(self.step.numpy())
                 done, skipped = int(done), int(skipped)
                 self._skipped += skipped
+                run_steps, run_skipped = run_steps + done, run_skipped + skipped
+                if skipped:
+                    last_bad = (float(bad[0]), float(bad[1]))
+                    log.warning("skipped %d of %d steps up to step %d: non-finite %s", skipped, done, step,
+                                nonfinite.what_was_nonfinite(*last_bad))
                 if cfg.nan_policy == "raise" and float(last["finite"]) < 0.5:
-                    raise FloatingPointError(
-                        f"non-finite loss ({float(last['loss'])}) at step {step} (1-based; the update of that "
-                        f"step was not applied). Lower the learning rate, check the data, or use --nan_policy=skip.")
-                good = max(done - skipped, 1)
+                    nonfinite.raise_nonfinite(step, float(last["loss"]), float(last["grad_norm"]))
+                good = done - skipped  # figures average over good steps only (NaN when none)
                 steps_rate = done / elapsed
                 rate = steps_rate * cfg.global_batch_size * cfg.grad_accum_steps
                 figures = _figures({k: float(v) for k, v in sums.items()}, good)
@@ -518,13 +538,16 @@ class Trainer:
                 saved = self.save()
         finally:
             self._writer.flush()
-            if previous_handler is not None:
-                signal.signal(signal.SIGTERM, previous_handler)
+            for signum, handler in (previous_handler or {}).items():
+                signal.signal(signum, handler)
         if self._stop_requested:
-            log.warning("SIGTERM: saved %s at step %d; exiting", saved, int(self.step.numpy()))
+            log.warning("%s: saved %s at step %d; exiting", signal.Signals(self._stop_signal).name
+                        if self._stop_signal else "stop requested", saved, int(self.step.numpy()))
+        nonfinite.check_mostly_skipped(run_skipped, run_steps, last_bad, saved)
         return TrainResult(step=int(self.step.numpy()), loss=figures["loss"], terms=figures["terms"],
                            metrics=figures["metrics"], examples_per_sec=rate, steps_per_sec=steps_rate,
-                           skipped_steps=self._skipped, preempted=self._stop_requested, checkpoint=saved)
+                           skipped_steps=self._skipped, preempted=self._stop_requested, checkpoint=saved,
+                           stop_signal=self._stop_signal)
 
     def _loop_length(self, step: int) -> int:
         """Steps of the next host loop: up to iterations_per_loop, never past a save, log or the end."""
@@ -539,12 +562,16 @@ class Trainer:
         if not self.config.handle_sigterm:
             return None
 
-        def on_sigterm(signum, frame):
+        def on_signal(signum, frame):
+            if signum == signal.SIGINT and self._stop_signal == signal.SIGINT:
+                raise KeyboardInterrupt  # a second Ctrl-C: stop now
             self._stop_requested = True
-            log.warning("SIGTERM received: saving a checkpoint at the end of this loop")
+            self._stop_signal = self._stop_signal or signum
+            log.warning("%s received: saving a checkpoint at the end of this loop%s", signal.Signals(signum).name,
+                        " (Ctrl-C again to stop at once)" if signum == signal.SIGINT else "")
 
         try:
-            return signal.signal(signal.SIGTERM, on_sigterm)
+            return {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
         except ValueError:  # not the main thread
             return None
 
@@ -639,7 +666,7 @@ def _figures(sums: dict[str, float], steps: int) -> dict[str, Any]:
             kind, name, _ = key.split("/")
             count = sums[f"{kind}/{name}/count"]
             (terms if kind == "terms" else metrics)[name] = value / count if count else float("nan")
-    return {"loss": sums["loss"] / steps, "terms": terms, "metrics": metrics}
+    return {"loss": sums["loss"] / steps if steps else float("nan"), "terms": terms, "metrics": metrics}
 
 
 def _hms(seconds: float) -> str:

@@ -19,7 +19,7 @@ Decisions:
 - Settings shared by the problem and the run (`--max_seq_length`, `--seq_len`, ...) are checked against the
   train split's manifest before anything is built; a mismatch is refused naming both values. For data
   made per host (XLNet's `bsz_per_host`), the per-worker batch must equal it.
-- Exit status: 0 when training reached `--num_train_steps`, 143 after SIGTERM (checkpoint saved first),
+- Exit status: 0 when training reached `--num_train_steps`, 143 after SIGTERM and 130 after Ctrl-C (checkpoint saved first),
   1 with a one-line `textrain-train-gpu: error: ...` when flags disagree with the data manifest.
 """
 from __future__ import annotations
@@ -160,7 +160,7 @@ def main(argv: list[str]) -> None:
                "checkpoint": result.checkpoint, "preempted": result.preempted}
     print("final " + json.dumps(figures), flush=True)
     if result.preempted:
-        sys.exit(143)
+        sys.exit(128 + (result.stop_signal or 15))  # 143 after SIGTERM, 130 after Ctrl-C
 
 
 def define_all_flags(argv: list[str]) -> None:

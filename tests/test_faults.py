@@ -1,0 +1,537 @@
+"""Faults and bad input as a user meets them (issue #14): each row of the issue's table through the CLI
+as a real process on real files, asserting the one error line, the exit status and what is left on disk.
+
+The data: a tiny `--usr_dir` problem made by textrain-datagen from a text file; the model: a tiny dense
+model (its depth/width from env vars, a test hook, so checkpoints of other shapes can be made).
+"""
+from __future__ import annotations
+
+import glob
+import gzip
+import hashlib
+import json
+import os
+import re
+import resource
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+EMMA = os.path.join(HERE, "data", "austen_emma.txt")
+
+USR_INIT = '''
+import dataclasses, os, time
+import tensorflow as tf
+from framework import corpus
+from framework.flags import help_text
+from framework.problem import Problem
+from framework.registry import register_model, register_problem
+from models.base import StepOutput, Term, TrainableModel
+
+
+@dataclasses.dataclass
+class FaultToyHParams:
+    input_file: str = ""
+    fault_width: int = dataclasses.field(default=4, metadata=help_text("features per example", low=1))
+
+
+@register_problem
+class FaultToy(Problem):
+    HParams = FaultToyHParams
+
+    def dataset_splits(self):
+        return [("train", 3), ("dev", 1)]
+
+    def generate_samples(self, data_dir, tmp_dir, split):
+        w = self.hparams.fault_width
+        for doc in corpus.read_documents(self.hparams.input_file):
+            for i, line in enumerate(doc):
+                if (split == "dev") == (i % 10 == 9):
+                    h = [b / 255.0 for b in line.encode("utf-8")[:w].ljust(w, b" ")]
+                    yield {"x": h, "y": len(line) % 2}
+
+    def generate_shard(self, data_dir, tmp_dir, split, shard_id, num_shards, seed):
+        hold = os.environ.get("FAULT_HOLD_UNTIL")  # test hook: a writer that waits until this file exists
+        deadline = time.time() + 120
+        while hold and not os.path.exists(hold) and time.time() < deadline:
+            time.sleep(0.05)
+        yield from super().generate_shard(data_dir, tmp_dir, split, shard_id, num_shards, seed)
+
+    def example_reading_spec(self):
+        w = self.hparams.fault_width
+        return {"x": tf.io.FixedLenFeature([w], tf.float32), "y": tf.io.FixedLenFeature([], tf.int64)}
+
+
+@register_model
+class FaultToyModel(TrainableModel):
+    def __init__(self, layers, width):
+        super().__init__()
+        self.hidden = [tf.keras.layers.Dense(width, activation="tanh") for _ in range(layers)]
+        for i, layer in enumerate(self.hidden):
+            setattr(self, f"hidden_{i}", layer)
+        self.out = tf.keras.layers.Dense(2, kernel_initializer="zeros")
+
+    def step_output(self, f, state, training):
+        h = f["x"]
+        for i in range(len(self.hidden)):
+            h = getattr(self, f"hidden_{i}")(h)
+        ce = tf.nn.sparse_softmax_cross_entropy_with_logits(f["y"], self.out(h))
+        total = tf.reduce_sum(ce)
+        if os.environ.get("FAULT_INF_GRAD"):  # test hook: a finite loss whose gradient is infinite
+            total += tf.sqrt(tf.reduce_sum(self.out.kernel))
+        return StepOutput({"ce": Term(total, tf.cast(tf.size(ce), tf.float32))}, {}, state)
+
+
+def build_from_flags(flags, manifest):
+    return FaultToyModel(int(os.environ.get("FAULT_LAYERS", "1")), int(os.environ.get("FAULT_WIDTH", "8")))
+'''
+
+
+def _env(**extra) -> dict:
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=REPO)
+    for k in ("TF_CONFIG", "TEXTRAIN_VERBOSE", "FAULT_HOLD_UNTIL", "FAULT_INF_GRAD", "FAULT_LAYERS", "FAULT_WIDTH"):
+        env.pop(k, None)
+    env.update(extra)
+    return env
+
+
+def _run(args, timeout=240, **kw):
+    return subprocess.run([sys.executable, "-m", *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=timeout, **kw)
+
+
+def _error_line(proc, prog: str) -> str:
+    """The one `prog: error:` line; asserts there is exactly one and no traceback."""
+    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith(f"{prog}: error:")]
+    assert len(lines) == 1, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def usr(tmp_path_factory):
+    root = tmp_path_factory.mktemp("fault_usr")
+    pkg = root / "fault_toy_usr"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text(USR_INIT)
+    corpus = root / "corpus.txt"
+    with open(EMMA, encoding="utf-8") as f:
+        corpus.write_text("".join(f.readlines()[:400]))
+    return str(pkg), str(corpus)
+
+
+def _datagen_args(usr, data_dir, *extra):
+    pkg, corpus = usr
+    return ["framework.datagen", f"--usr_dir={pkg}", "--problem=fault_toy", f"--data_dir={data_dir}",
+            f"--input_file={corpus}", *extra]
+
+
+def _datagen(usr, data_dir, *extra, env=None, **kw):
+    return _run(_datagen_args(usr, data_dir, *extra), env=env or _env(), **kw)
+
+
+@pytest.fixture(scope="module")
+def clean_data(usr, tmp_path_factory):
+    """An untouched datagen run; tests copy it before damaging anything."""
+    data = tmp_path_factory.mktemp("clean") / "data"
+    proc = _datagen(usr, data)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return str(data)
+
+
+def _copy(clean_data, tmp_path) -> str:
+    dst = str(tmp_path / "data")
+    shutil.copytree(clean_data, dst)
+    return dst
+
+
+def _problem_dir(data: str) -> str:
+    return os.path.join(data, "fault_toy")
+
+
+def _shard(data: str, i: int = 1) -> str:
+    return os.path.join(_problem_dir(data), f"fault_toy-train-{i:05d}-of-00003.tfrecord")
+
+
+def _digests(data: str) -> dict[str, str]:
+    out = {}
+    for path in sorted(glob.glob(os.path.join(_problem_dir(data), "*"))):
+        if path.endswith(".lock"):
+            continue
+        with open(path, "rb") as f:
+            content = f.read()
+        if path.endswith(".manifest.json"):
+            manifest = json.loads(content)
+            manifest.pop("created")
+            content = json.dumps(manifest, sort_keys=True).encode()
+        out[os.path.basename(path)] = hashlib.sha256(content).hexdigest()
+    return out
+
+
+def _train_args(usr, data, model_dir, *extra):
+    pkg, _ = usr
+    return ["trainers.train_gpu", f"--usr_dir={pkg}", "--problem=fault_toy", f"--data_dir={data}",
+            "--model=fault_toy_model", f"--model_dir={model_dir}", "--train_batch_size=8",
+            "--num_train_steps=4", "--num_warmup_steps=0", "--learning_rate=0.01", "--iterations_per_loop=2",
+            "--save_checkpoints_steps=2", *extra]
+
+
+# ============================================================================== records and datagen
+def test_manifest_records_shard_sizes(clean_data):
+    manifest = json.load(open(os.path.join(_problem_dir(clean_data), "fault_toy-train.manifest.json")))
+    for shard in manifest["shards"]:
+        assert shard["size"] == os.path.getsize(os.path.join(_problem_dir(clean_data), shard["file"]))
+    assert not glob.glob(os.path.join(_problem_dir(clean_data), "*.incomplete"))
+    assert not glob.glob(os.path.join(_problem_dir(clean_data), "*.lock"))  # released at the end
+
+
+def test_damaged_shards_are_regenerated_byte_identical(usr, clean_data, tmp_path):
+    """A complete shard deleted, another corrupted in the middle (same size): a plain re-run repairs the
+    first (a stat sees it) and says so; --verify (every record read) repairs the second; only those shards
+    are made again, and the result equals the untouched run byte for byte."""
+    data = _copy(clean_data, tmp_path)
+    os.remove(_shard(data, 1))
+    path = _shard(data, 2)
+    with open(path, "r+b") as f:
+        f.seek(os.path.getsize(path) // 2)
+        f.write(b"\xff\xfe\xfd\xfc")
+    untouched = os.path.getmtime(_shard(data, 0))
+    plain = _datagen(usr, data)
+    assert plain.returncode == 0, plain.stderr[-3000:]
+    assert "fault_toy-train-00001-of-00003.tfrecord is missing" in plain.stderr and "regenerating" in plain.stderr
+    assert "00002-of-00003.tfrecord" not in plain.stderr  # the stat check cannot see a same-size corruption
+    proc = _datagen(usr, data, "--verify")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "(fault_toy-train-00002-of-00003.tfrecord: corrupted record at" in proc.stderr, proc.stderr[-2000:]
+    assert _digests(data) == _digests(clean_data)
+    assert os.path.getmtime(_shard(data, 0)) == untouched  # only the damaged shards were made again
+
+
+def _truncate(path: str, size: int) -> None:
+    with open(path, "r+b") as f:
+        f.truncate(size)
+
+
+def _record_boundary(path: str) -> int:
+    """Byte offset after the first record of a TFRecord file."""
+    with open(path, "rb") as f:
+        length = int.from_bytes(f.read(8), "little")
+    return 8 + 4 + length + 4
+
+
+def test_truncated_shards_are_named_before_training(usr, clean_data, tmp_path):
+    """One shard cut in the middle of a record, another at a record boundary (which reads cleanly and
+    would train silently on fewer records): both named from the manifest's sizes before training."""
+    data = _copy(clean_data, tmp_path)
+    mid, boundary = _shard(data, 0), _shard(data, 2)
+    _truncate(mid, _record_boundary(mid) + 5)
+    _truncate(boundary, _record_boundary(boundary))
+    proc = _run(_train_args(usr, data, str(tmp_path / "run")), env=_env())
+    assert proc.returncode == 1
+    line = _error_line(proc, "textrain-train-gpu")
+    for path in (mid, boundary):
+        assert f"{os.path.basename(path)} has {os.path.getsize(path)} bytes, the manifest says" in line, line
+    assert "textrain-datagen" in line  # what to do
+    assert not os.path.exists(tmp_path / "run" / "checkpoint")
+
+
+def test_corrupt_record_while_training_names_file_and_offset(usr, clean_data, tmp_path):
+    data = _copy(clean_data, tmp_path)
+    path = _shard(data, 1)
+    offset = os.path.getsize(path) // 2
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        f.write(b"\x00\x01\x02\x03")
+    proc = _run(_train_args(usr, data, str(tmp_path / "run")), env=_env())
+    assert proc.returncode == 1
+    line = _error_line(proc, "textrain-train-gpu")
+    assert path in line and "byte offset" in line and "--verify" in line, line
+
+
+def test_corrupt_gzip_input_is_one_line(usr, tmp_path):
+    text = open(EMMA, encoding="utf-8").read()[:20000].encode()
+    blob = bytearray(gzip.compress(text))
+    blob[len(blob) // 2: len(blob) // 2 + 8] = b"\x00" * 8  # damage the deflate stream, keep the trailer
+    bad = tmp_path / "corpus.txt.gz"
+    bad.write_bytes(bytes(blob))
+    proc = _run(["framework.datagen", f"--usr_dir={usr[0]}", "--problem=fault_toy",
+                 f"--data_dir={tmp_path / 'data'}", f"--input_file={bad}"], env=_env())
+    assert proc.returncode == 1
+    line = _error_line(proc, "textrain-datagen")
+    assert str(bad) in line and "corrupt or truncated" in line
+    assert not glob.glob(str(tmp_path / "data" / "fault_toy" / "*.manifest.json"))
+    assert not glob.glob(str(tmp_path / "data" / "fault_toy" / "*.incomplete"))
+
+
+# ============================================================================== one writer per directory
+def test_second_concurrent_datagen_stops_at_once(usr, clean_data, tmp_path):
+    data = str(tmp_path / "data")
+    first = subprocess.Popen([sys.executable, "-m", *_datagen_args(usr, data)], cwd=REPO,
+                             env=_env(FAULT_HOLD_UNTIL=str(tmp_path / "go")), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True)
+    lock = os.path.join(_problem_dir(data), ".datagen.lock")
+    deadline = time.time() + 60
+    while not os.path.exists(lock) and time.time() < deadline and first.poll() is None:
+        time.sleep(0.1)
+    assert os.path.exists(lock)
+    second = _datagen(usr, data, "--seed=2")
+    assert first.poll() is None  # still writing
+    assert second.returncode == 1
+    line = _error_line(second, "textrain-datagen")
+    assert lock in line and f"pid {first.pid}" in line and socket.gethostname() in line
+    (tmp_path / "go").write_text("")
+    out, err = first.communicate(timeout=120)
+    assert first.returncode == 0, err[-3000:]
+    assert _digests(data) == _digests(clean_data)  # the first run's data, untouched by the second
+
+
+def test_stale_lock_of_a_dead_process_is_taken_over(usr, tmp_path):
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    problem_dir = tmp_path / "data" / "fault_toy"
+    problem_dir.mkdir(parents=True)
+    (problem_dir / ".datagen.lock").write_text(json.dumps(
+        {"host": socket.gethostname(), "pid": dead.pid, "program": "textrain-datagen", "started": time.time()}))
+    (problem_dir / f"fault_toy-train-00000-of-00003.tfrecord.{socket.gethostname().replace('-', '_')}-"
+                   f"{dead.pid}.incomplete").write_bytes(b"half a shard")
+    proc = _datagen(usr, str(tmp_path / "data"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "stale lock" in proc.stderr
+    assert not glob.glob(str(problem_dir / "*.incomplete")) and not (problem_dir / ".datagen.lock").exists()
+
+
+def test_second_trainer_on_one_model_dir_is_refused(usr, clean_data, tmp_path):
+    holder = subprocess.Popen(["sleep", "60"])
+    try:
+        run = tmp_path / "run"
+        run.mkdir()
+        (run / ".trainer.lock").write_text(json.dumps(
+            {"host": socket.gethostname(), "pid": holder.pid, "program": "textrain-train-gpu",
+             "started": time.time()}))
+        proc = _run(_train_args(usr, clean_data, str(run)), env=_env())
+        assert proc.returncode == 1
+        line = _error_line(proc, "textrain-train-gpu")
+        assert str(run / ".trainer.lock") in line and f"pid {holder.pid}" in line
+        assert not glob.glob(str(run / "ckpt-*"))
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_a_trainer_flag_out_of_range_is_one_line(usr, clean_data, tmp_path):
+    proc = _run(_train_args(usr, clean_data, str(tmp_path / "run"), "--num_train_steps=0"), env=_env())
+    assert proc.returncode == 1
+    assert "--num_train_steps must be > 0 (got 0)" in _error_line(proc, "textrain-train-gpu")
+
+
+# ============================================================================== settings
+@pytest.mark.parametrize("flags, named", [
+    (["--max_seq_length=16"], ["--max_predictions_per_seq=20 exceeds the --max_seq_length - 3 = 13"]),
+    (["--dupe_factor=-1", "--masked_lm_prob=2"], ["--dupe_factor must be >= 1; got -1",
+                                                  "--masked_lm_prob must be in (0.0, 1.0]; got 2.0"]),
+])
+def test_bert_settings_are_validated_before_any_work(tmp_path, flags, named):
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("one line.\nanother line.\n")
+    proc = _run(["framework.datagen", "--problem=bert_pretrain", f"--data_dir={tmp_path / 'data'}",
+                 f"--input_file={corpus}", *flags], env=_env())
+    assert proc.returncode == 1
+    line = _error_line(proc, "textrain-datagen")
+    assert all(n in line for n in named), line
+    assert not (tmp_path / "data" / "bert_pretrain").exists()  # nothing was done
+    if len(flags) == 1:
+        return
+    # --verbose shows the traceback instead.
+    verbose = _run(["framework.datagen", "--problem=bert_pretrain", f"--data_dir={tmp_path / 'data'}",
+                    f"--input_file={corpus}", "--verbose", *flags], env=_env())
+    assert verbose.returncode != 0 and "Traceback" in verbose.stderr and "SettingsError" in verbose.stderr
+
+
+def test_declared_ranges_of_every_problem_are_checked_in_one_place():
+    """In-process: the declarations on each problem's HParams, through framework.flags.validate_settings
+    (which Problem.__init__ calls, so every CLI gets it)."""
+    import dataclasses
+
+    from framework.flags import SettingsError, help_text, validate_settings
+    from problems.electra_pretrain import ElectraPretrainHParams
+    from problems.translate import TranslateHParams
+    from problems.xlnet_pretrain import XlnetPretrain, XlnetPretrainHParams
+
+    cases = [(ElectraPretrainHParams(max_seq_length=2), "--max_seq_length must be >= 5; got 2"),
+             (ElectraPretrainHParams(dev_fraction=1.0), "--dev_fraction must be in [0.0, 1.0); got 1.0"),
+             (ElectraPretrainHParams(on_bad_utf8="ignore"), "--on_bad_utf8 must be one of error, replace, skip"),
+             (XlnetPretrainHParams(num_predict=0), "--num_predict must be >= 1; got 0"),
+             (XlnetPretrainHParams(mask_beta=0), "--mask_beta must be >= 1; got 0"),
+             (TranslateHParams(dev_every=0), "--dev_every must be >= 2; got 0")]
+    for hp, message in cases:
+        with pytest.raises(SettingsError) as e:
+            validate_settings(hp)
+        assert message in str(e.value)
+    with pytest.raises(ValueError, match="--num_predict must be >= 1"):  # also a ValueError, as before
+        XlnetPretrain(XlnetPretrainHParams(num_predict=0))
+
+    @dataclasses.dataclass
+    class Mine:  # a user's problem declares its own ranges the same way
+        rate: float = dataclasses.field(default=0.5, metadata=help_text("a rate", low=0, high=1, low_open=True))
+
+        def validate(self):
+            if self.rate == 0.25:
+                raise ValueError("--rate must not be 0.25")
+
+    validate_settings(Mine())
+    for bad, message in ((0, "--rate must be in (0, 1]; got 0"), (float("nan"), "got nan"),
+                         (0.25, "--rate must not be 0.25")):
+        with pytest.raises(SettingsError, match=re.escape(message)):
+            validate_settings(Mine(rate=bad))
+
+
+# ============================================================================== full disk, read-only
+def _try_mount_tmpfs(path: str, options: str) -> bool:
+    os.makedirs(path, exist_ok=True)
+    if os.geteuid() != 0 or not shutil.which("mount"):
+        return False
+    return subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", path], capture_output=True).returncode == 0
+
+
+def _file_size_limit(limit: int):
+    def preexec():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails (EFBIG), not a kill
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    return preexec
+
+
+def test_disk_full_is_one_line_and_leaves_nothing_half_written(usr, tmp_path):
+    data = str(tmp_path / "full")
+    mounted = _try_mount_tmpfs(data, "size=64k")
+    try:
+        big = tmp_path / "big.txt"
+        big.write_text(open(EMMA, encoding="utf-8").read())  # ~900 KB of records: more than fits
+        proc = _run(["framework.datagen", f"--usr_dir={usr[0]}", "--problem=fault_toy", f"--data_dir={data}",
+                     f"--input_file={big}", "--fault_width=64", "--num_workers=2"], env=_env(),
+                    preexec_fn=None if mounted else _file_size_limit(32 << 10))
+        assert proc.returncode == 1
+        line = _error_line(proc, "textrain-datagen")
+        assert ("disk is full" in line or "file size limit" in line) and "fault_toy-train-" in line, line
+        assert ".incomplete" not in line  # the shard is named, not its temporary name
+        left = os.listdir(_problem_dir(data))
+        assert not [f for f in left if f.endswith(".incomplete") or f.endswith(".manifest.json")], left
+    finally:
+        if mounted:
+            subprocess.run(["umount", data])
+
+
+def test_read_only_data_dir_is_one_line(usr, tmp_path):
+    data = str(tmp_path / "ro")
+    if not _try_mount_tmpfs(data, "size=1m,ro"):
+        if os.geteuid() == 0:
+            pytest.skip("root ignores permission bits and tmpfs cannot be mounted here")
+        os.makedirs(data, exist_ok=True)
+        os.chmod(data, 0o555)
+    try:
+        proc = _datagen(usr, data)
+        assert proc.returncode == 1
+        line = _error_line(proc, "textrain-datagen")
+        assert data in line and ("read-only" in line or "permission denied" in line), line
+    finally:
+        subprocess.run(["umount", data], capture_output=True)
+
+
+# ============================================================================== checkpoints
+@pytest.mark.slow
+def test_checkpoints_that_do_not_fit_are_refused_naming_the_variables(usr, clean_data, tmp_path):
+    shallow = str(tmp_path / "shallow")
+    proc = _run(_train_args(usr, clean_data, shallow, "--num_train_steps=2"), env=_env())
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ckpt = os.path.join(shallow, "ckpt-2")
+
+    # A deeper model of the same width: its extra layer is missing from the checkpoint.
+    deeper = _run(_train_args(usr, clean_data, str(tmp_path / "deep"), f"--init_checkpoint={ckpt}"),
+                  env=_env(FAULT_LAYERS="2"))
+    assert deeper.returncode == 1
+    line = _error_line(deeper, "textrain-train-gpu")
+    assert f"--init_checkpoint={ckpt} does not fit the model" in line and "missing from the checkpoint (2)" in line
+    assert "dense_2/kernel [8, 2]" in line and "vs model [8, 8]" in line
+    assert deeper.stderr.rstrip().endswith(line)  # the last line: not buried under TF warnings
+    assert not glob.glob(str(tmp_path / "deep" / "ckpt-*"))
+
+    # Another width: mis-shaped variables, listed.
+    wider = _run(_train_args(usr, clean_data, str(tmp_path / "wide"), f"--init_checkpoint={ckpt}"),
+                 env=_env(FAULT_WIDTH="16"))
+    line = _error_line(wider, "textrain-train-gpu")
+    assert wider.returncode == 1 and "shape mismatch" in line and "checkpoint [4, 8] vs model [4, 16]" in line
+
+    # A path that does not exist names itself.
+    missing = _run(_train_args(usr, clean_data, str(tmp_path / "m"), f"--init_checkpoint={shallow}/ckpt-99"),
+                   env=_env())
+    line = _error_line(missing, "textrain-train-gpu")
+    assert missing.returncode == 1 and f"{shallow}/ckpt-99: no such checkpoint" in line and "ckpt-2" in line
+
+    # --model_dir holding another model's checkpoint.
+    other = _run(_train_args(usr, clean_data, shallow), env=_env(FAULT_WIDTH="16"))
+    line = _error_line(other, "textrain-train-gpu")
+    assert other.returncode == 1 and f"--model_dir={shallow} holds a checkpoint of a different model" in line
+
+    # The fitting checkpoint still initialises (and a stale ckpt-N_temp folder is removed at start).
+    os.makedirs(os.path.join(shallow, "ckpt-3_temp", "part-00000-of-00001"))
+    fine = _run(_train_args(usr, clean_data, shallow, "--num_train_steps=4"), env=_env())
+    assert fine.returncode == 0, fine.stderr[-3000:]
+    assert not glob.glob(os.path.join(shallow, "ckpt-*_temp*"))
+
+
+@pytest.mark.slow
+def test_non_finite_gradient_is_reported_truthfully(usr, clean_data, tmp_path):
+    proc = _run(_train_args(usr, clean_data, str(tmp_path / "raise")), env=_env(FAULT_INF_GRAD="1"))
+    assert proc.returncode == 1
+    line = _error_line(proc, "textrain-train-gpu")
+    assert "non-finite gradient norm inf (loss 0.69" in line and "at step 1" in line, line
+
+    proc = _run(_train_args(usr, clean_data, str(tmp_path / "skip"), "--nan_policy=skip"),
+                env=_env(FAULT_INF_GRAD="1"))
+    assert proc.returncode == 1
+    line = _error_line(proc, "textrain-train-gpu")
+    assert "4 of the 4 steps of this run were skipped" in line and "gradient norm inf" in line, line
+    assert "loss 0.0000" not in proc.stderr and "loss nan" in proc.stderr
+
+
+@pytest.mark.slow
+def test_ctrl_c_saves_and_exits_130(usr, clean_data, tmp_path):
+    run = str(tmp_path / "run")
+    proc = subprocess.Popen([sys.executable, "-m", *_train_args(usr, clean_data, run, "--num_train_steps=100000",
+                                                                "--iterations_per_loop=5", "--log_steps=5",
+                                                                "--save_checkpoints_steps=100000")],
+                            cwd=REPO, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while time.time() < deadline and not os.path.exists(os.path.join(run, "train")):
+        time.sleep(0.2)
+    time.sleep(3)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-3000:]
+    assert "SIGINT received" in err and "Traceback" not in err
+    final = json.loads([ln for ln in out.splitlines() if ln.startswith("final ")][-1][len("final "):])
+    assert final["preempted"] and final["checkpoint"].endswith(f"ckpt-{final['step']}")
+    assert os.path.exists(final["checkpoint"] + ".index")
+    assert not os.path.exists(os.path.join(run, ".trainer.lock"))  # released at exit
+
+
+# ============================================================================== vocab learning
+@pytest.mark.slow
+def test_a_one_megabyte_word_does_not_stall_vocab_learning(tmp_path):
+    """A 1 MB line without spaces and no --vocab_file: learning is linear (such a word is [UNK])."""
+    corpus = tmp_path / "c.txt"
+    with open(EMMA, encoding="utf-8") as f:
+        text = "".join(f.readlines()[:200])
+    corpus.write_text(text + "\n" + "ab" * (1 << 19) + "\n")
+    proc = _run(["framework.datagen", "--problem=bert_pretrain", f"--data_dir={tmp_path / 'data'}",
+                 f"--input_file={corpus}", "--vocab_size=200", "--max_seq_length=32",
+                 "--max_predictions_per_seq=5", "--dupe_factor=1"], env=_env(), timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    vocab = (tmp_path / "data" / "bert_pretrain" / "vocab.txt").read_text().split("\n")
+    assert "[UNK]" in vocab and not any(len(t) > 200 for t in vocab)

@@ -1,0 +1,124 @@
+"""In-process checks of the fault-handling pieces (issue #14): manifests with and without sizes, per-writer
+temporary names and their cleanup, the directory lock, and cli.explain's one-line messages. The CLI-level
+cases are in tests/test_faults.py."""
+from __future__ import annotations
+
+import errno
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import zlib
+
+import pytest
+import tensorflow as tf
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import toy_problems  # noqa: E402
+from framework import cli, locks, records  # noqa: E402
+
+EMMA = os.path.join(HERE, "data", "austen_emma.txt")
+
+
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory):
+    data = str(tmp_path_factory.mktemp("toy") / "data")
+    problem = toy_problems.ToyLines(toy_problems.ToyHParams(input_file=EMMA))
+    problem.generate_data(data, "", seed=1)
+    return problem, data
+
+
+def test_manifest_without_sizes_still_loads_and_names_missing_files(toy, tmp_path):
+    problem, data = toy
+    copy = str(tmp_path / "data")
+    tf.io.gfile.makedirs(copy)
+    subprocess.run(["cp", "-r", os.path.join(data, "toy_lines"), copy], check=True)
+    path = os.path.join(problem.problem_dir(copy), records.manifest_filename("toy_lines", "train"))
+    manifest = json.load(open(path))
+    assert all("size" in s for s in manifest["shards"])
+    for s in manifest["shards"]:
+        del s["size"]  # as written before sizes were recorded
+    records.write_json_atomic(path, manifest)
+    assert len(problem.data_files(copy, "train")) == 4
+    os.remove(os.path.join(problem.problem_dir(copy), manifest["shards"][3]["file"]))
+    with pytest.raises(records.RecordError, match=r"toy_lines-train-00003-of-00004.tfrecord is missing.*textrain-datagen"):
+        problem.data_files(copy, "train")
+
+
+def test_verify_shard_reads_every_record(toy, tmp_path):
+    problem, data = toy
+    manifest = problem.read_manifest(data, "train")
+    entry = manifest["shards"][0]
+    src = os.path.join(problem.problem_dir(data), entry["file"])
+    assert records.verify_shard(src, entry) is None
+    bad = str(tmp_path / entry["file"])
+    blob = bytearray(open(src, "rb").read())
+    blob[len(blob) // 2] ^= 0xFF
+    open(bad, "wb").write(bytes(blob))
+    assert "corrupted record" in records.verify_shard(bad, entry)
+    assert "holds" in records.verify_shard(src, dict(entry, count=entry["count"] + 1, size=entry["size"]))
+
+
+def test_temporary_names_are_per_writer_and_only_dead_writers_files_are_removed(tmp_path):
+    mine = records.incomplete_path(str(tmp_path / "a.tfrecord"))
+    assert mine.endswith(f"-{os.getpid()}.incomplete") and mine != records.incomplete_path(str(tmp_path / "b"))
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    host = records._HOST
+    files = {"live": mine, "dead": str(tmp_path / f"b.tfrecord.{host}-{dead.pid}.incomplete"),
+             "other_host": str(tmp_path / f"c.tfrecord.elsewhere-{dead.pid}.incomplete"),
+             "untagged": str(tmp_path / "d.tfrecord.incomplete")}
+    for path in files.values():
+        open(path, "w").close()
+    removed = records.remove_stale_incomplete(str(tmp_path))
+    assert sorted(removed) == sorted([files["dead"], files["untagged"]])
+    assert os.path.exists(files["live"]) and os.path.exists(files["other_host"])
+
+
+def test_lock_is_exclusive_reentrant_and_stale_when_the_holder_is_gone(tmp_path):
+    lock = locks.acquire_dir_lock(str(tmp_path), "test")
+    assert locks.acquire_dir_lock(str(tmp_path), "test").owner is False  # this process holds it already
+    lock.release()
+    assert not os.path.exists(tmp_path / ".textrain.lock")
+
+    holder = subprocess.Popen(["sleep", "30"])
+    try:
+        (tmp_path / ".textrain.lock").write_text(json.dumps({"host": socket.gethostname(), "pid": holder.pid,
+                                                             "program": "other", "started": time.time()}))
+        with pytest.raises(locks.LockedError, match=rf"pid {holder.pid}.*\.textrain\.lock"):
+            locks.acquire_dir_lock(str(tmp_path), "test")
+    finally:
+        holder.kill()
+        holder.wait()
+    taken = locks.acquire_dir_lock(str(tmp_path), "test")  # the holder is gone: stale, taken over
+    assert taken.owner and json.loads((tmp_path / ".textrain.lock").read_text())["pid"] == os.getpid()
+    taken.release()
+
+    (tmp_path / ".textrain.lock").write_text(json.dumps({"host": "another-machine", "pid": holder.pid}))
+    with pytest.raises(locks.LockedError, match="another-machine"):  # never taken from another host
+        locks.acquire_dir_lock(str(tmp_path), "test")
+
+
+def test_explain_turns_known_failures_into_one_line(toy, tmp_path):
+    message, status = cli.explain(OSError(errno.ENOSPC, "No space left on device", "/data/x"))
+    assert status == 1 and "disk is full" in message and "/data/x" in message
+    assert cli.explain(KeyboardInterrupt()) == ("interrupted (Ctrl-C)", 130)
+    assert "corrupt or truncated compressed input" in cli.explain(zlib.error("invalid stored block"))[0]
+    assert cli.explain(RuntimeError("a bug")) is None  # bugs keep their traceback
+
+    problem, data = toy
+    files = problem.data_files(data, "train")
+    bad = str(tmp_path / "bad.tfrecord")
+    blob = bytearray(open(files[1], "rb").read())
+    blob[len(blob) // 2] ^= 0xFF
+    open(bad, "wb").write(bytes(blob))
+    records.note_files_opened([bad])
+    with pytest.raises(tf.errors.DataLossError) as e:
+        for _ in tf.data.TFRecordDataset([files[0], bad]):
+            pass
+    message, status = cli.explain(e.value)
+    assert status == 1 and message.startswith(f"{bad}: corrupted record at byte offset") and "--verify" in message
