@@ -252,7 +252,9 @@ class Trainer:
         self._setup_checkpoints()
         self.restored_from = self._restore()
         if config.input_mode == "distributed":
-            consumed = int(self.step.numpy()) * config.grad_accum_steps
+            # Each step takes one per-replica batch per local replica (the worker's dataset is dealt
+            # round-robin to its replicas) and micro-batch.
+            consumed = int(self.step.numpy()) * config.grad_accum_steps * self.num_local
             self._dist_iterator = iter(strategy.distribute_datasets_from_function(
                 lambda ctx: dataset_fn(ctx).skip(consumed)))
         self._loop_fn = tf.function(self._train_loop)

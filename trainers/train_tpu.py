@@ -36,6 +36,9 @@ from trainers import launch
 
 FLAGS = flags.FLAGS
 
+# What the TPU trainer decides itself (core.TrainConfig fields): per-host distributed input, XLA step.
+TPU_CONFIG = dict(input_mode="distributed", jit_compile=True)
+
 # Flags naming files a Cloud TPU must reach through GCS.
 PATH_FLAGS = ("data_dir", "model_dir", "init_checkpoint", "bert_config_file", "electra_config_file",
               "model_config_path")
@@ -87,7 +90,9 @@ def require_static_shapes(ds) -> None:
 
     from framework import cli
 
-    for name, spec in sorted(tf.nest.flatten_with_joined_string_paths(ds.element_spec)):
+    spec = ds.element_spec
+    named = sorted(spec.items()) if isinstance(spec, dict) else enumerate(tf.nest.flatten(spec))
+    for name, spec in named:
         if not spec.shape.is_fully_defined():
             raise cli.UserError(f"feature {name!r} has the dynamic shape {spec.shape} on the TPU trainer: use "
                                 f"fixed-length batching (pad to --max_length) for this problem")
@@ -104,7 +109,7 @@ def main(argv: list[str]) -> None:
     launch.run_training(
         "textrain-train-tpu", strategy,
         data_params=dict(drop_remainder=True),
-        config_overrides=dict(input_mode="distributed", jit_compile=True),
+        config_overrides=TPU_CONFIG,
         check_dataset=require_static_shapes)
 
 
