@@ -2,7 +2,9 @@
 user would write them. `TOY_SLOW_INPUT=<seconds>` makes every batch that long to read (tf.data's own
 sleep transformation, outside the compiled step; a py_function would hang the interpreter's exit), so a
 test can kill a run mid-way."""
+import atexit
 import dataclasses
+import json
 import os
 
 import numpy as np
@@ -65,4 +67,11 @@ class UsrToyModel(TrainableModel):
 
 
 def build_from_flags(flags, manifest):
-    return UsrToyModel()
+    """The model; with TOY_DUMP_DIR set its final weights go to worker_<task>.npy at exit (multi-worker tests)."""
+    model = UsrToyModel()
+    dump = os.environ.get("TOY_DUMP_DIR")
+    if dump:
+        task = json.loads(os.environ.get("TF_CONFIG", "{}")).get("task", {}).get("index", 0)
+        atexit.register(lambda: np.save(os.path.join(dump, f"worker_{task}.npy"),
+                                        np.concatenate([v.numpy().ravel() for v in model.trainable_variables])))
+    return model
