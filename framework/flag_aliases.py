@@ -20,10 +20,10 @@ Decisions:
   the signatures is ours and passes unchanged.
 - `--problem` and `--model` are added (bert_pretrain/bert, xlnet_pretrain/xlnet, electra_pretrain/electra)
   unless given.
-- The original's own defaults for training settings whose default differs from ours (XLNet's learning
-  rate 1e-4, ELECTRA's 5e-4 ...) are put BEFORE the user's flags, so the run behaves as the original
-  would; what the user gave comes later and wins (absl: last value wins). Data settings are never
-  defaulted this way: they come from the data manifest.
+- The original's own defaults for settings whose default differs from ours (XLNet's learning rate 1e-4,
+  ELECTRA's 5e-4 ...; data_utils.py's `--uncased=True`) are put BEFORE the user's flags, so the run
+  behaves as the original would; what the user gave comes later and wins (absl: last value wins). On the
+  training side data settings are never defaulted this way: they come from the data manifest.
 - Paths: an original file name becomes the directory our sharded records live in: create_pretraining_data
   `--output_file=out/x.tfrecord` writes `out/bert_pretrain/...` (data_dir = the file's directory) and
   run_pretraining `--input_file=out/x.tfrecord` (or a glob, or comma list, in one directory) reads
@@ -63,12 +63,13 @@ ORIGINALS = {
     "bert/create_pretraining_data.py": Original(
         "bert/create_pretraining_data.py", DATAGEN, ("output_file",), "bert_pretrain", None),
     "xlnet/data_utils.py": Original(
-        "xlnet/data_utils.py", DATAGEN, ("save_dir", "input_glob", "sp_path"), "xlnet_pretrain", None),
+        "xlnet/data_utils.py", DATAGEN, ("save_dir", "input_glob", "sp_path"), "xlnet_pretrain", None,
+        ("--uncased=True",)),  # data_utils.py's default (ours is cased); its other defaults equal ours
     "electra/build_pretraining_dataset.py": Original(
         "electra/build_pretraining_dataset.py", DATAGEN, ("corpus-dir", "output-dir"), "electra_pretrain", None),
     "bert/run_pretraining.py": Original(
         "bert/run_pretraining.py", TRAIN, ("output_dir", "input_file"), "bert_pretrain",
-        "bert", ("--learning_rate=5e-5", "--num_train_steps=100000", "--num_warmup_steps=10000",
+        "bert", ("--do_train=False", "--do_eval=False", "--learning_rate=5e-5", "--num_train_steps=100000", "--num_warmup_steps=10000",
                  "--train_batch_size=32", "--save_checkpoints_steps=1000", "--iterations_per_loop=1000",
                  "--max_eval_steps=100", "--optimizer=adamw", "--weight_decay=0.01", "--lr_decay=polynomial",
                  "--poly_power=1.0", "--adam_epsilon=1e-6")),

@@ -98,7 +98,7 @@ def test_xlnet_lines():
     data = fa.translate_argv(["prog", "--input_glob=data/*.txt", "--sp_path=sp.model", "--save_dir=proc",
                               "--bsz_per_host=32", "--num_core_per_host=16", "--nobi_data", "--use_tpu=False",
                               "--split=train", "--task=1", "--num_task=4"], fa.DATAGEN)
-    assert data == ["prog", "--input_file=data/*.txt", "--sp_model=sp.model", "--data_dir=proc", "--bsz_per_host=32",
+    assert data == ["prog", "--uncased=True", "--input_file=data/*.txt", "--sp_model=sp.model", "--data_dir=proc", "--bsz_per_host=32",
                     "--num_core_per_host=16", "--bi_data=False", "--task_id=1", "--num_tasks=4",
                     "--problem=xlnet_pretrain"]
     with pytest.raises(ValueError, match="--split=dev: textrain-datagen makes every split in one run"):
