@@ -39,6 +39,7 @@ setup(
         "console_scripts": [
             "textrain-datagen=framework.datagen:run",
             "textrain-train-gpu=trainers.train_gpu:run",
+            "textrain-train-tpu=trainers.train_tpu:run",
         ],
     },
 )

@@ -15,7 +15,7 @@ import time
 
 from absl import app, flags
 
-from framework import cli
+from framework import cli, flag_aliases
 from framework import flags as problem_flags
 from framework import registry
 
@@ -110,6 +110,10 @@ def main(argv: list[str]) -> None:
 
 def run() -> None:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    try:  # the originals' flag names (create_pretraining_data.py, data_utils.py, ...): framework/flag_aliases.py
+        sys.argv = flag_aliases.translate_argv(sys.argv, flag_aliases.DATAGEN)
+    except ValueError as e:
+        cli.fail("textrain-datagen", str(e))
     registry.import_builtins()
     registry.import_usr_dir(registry.usr_dir_from_argv(sys.argv))
     problem_flags.define_problem_flags()

@@ -44,9 +44,13 @@ Decisions (where we differ from the original, on purpose):
   Passes are appended to the same shard file.
 - The sampling is vectorised with numpy over many records at once (same distributions as the
   original's per-record Python loops, not the same random draws: the original is not seeded).
-- Parse-time permutation: with `DataParams.seed` set, each record's factorisation order is drawn
-  with stateless ops seeded by (seed, a hash of the record), so reading is deterministic (and an epoch
-  sees the same orders again); with seed None it is drawn fresh each time, like the original.
+- Parse-time permutation: each record's factorisation order is drawn with stateless ops seeded by
+  (seed, a hash of the record), so reading is deterministic (and an epoch sees the same orders again).
+  With `DataParams.seed` None, `dataset()` draws the seed once (fresh each call, like the unseeded
+  original) instead of using a stateful RandomShuffle: a stateful op in the map makes the input
+  iterator unserialisable, and the trainer checkpoints it (`RandomShuffle is stateful.
+  [Op:SerializeIterator]` at the first save of a seedless run). The trainers record the seed they
+  use in the model_dir (trainers/launch.py `data_seed`), so a resumed run continues the same stream.
 - perm_size = 0 means reuse_len (the original's README uses perm_size = reuse_len).
 - `after_split` also writes the original's `corpus_info.json` and one combined
   `record_info-{split}-0-0.bsz-...json` listing every shard; the original reader takes only the first
@@ -58,6 +62,7 @@ import dataclasses
 import functools
 import json
 import os
+import random
 from typing import Callable, Iterator, Sequence
 
 import numpy as np
@@ -65,7 +70,8 @@ import tensorflow as tf
 from absl import logging
 
 from framework import corpus, text_encoders
-from framework.problem import DataParams, DatasetSplit, Problem, check_settings, shard_np_rng
+from framework.problem import (DataParams, DatasetSplit, Problem, SettingsMismatchError, check_settings,
+                               shard_np_rng)
 from framework.flags import help_text
 from framework.registry import register_problem
 
@@ -726,7 +732,9 @@ class XlnetPretrain(Problem):
         """The original parser: factorisation order, perm_mask, target_mapping ... (int64 -> int32)."""
         hp = self.hparams
         perm_size = resolve_perm_size(hp)
-        seed = None if params is None or params.seed is None else example_seed(example, params.seed)
+        if params is None or params.seed is None:  # never the stateful path inside a pipeline
+            params = dataclasses.replace(params or DataParams(batch_size=1), seed=draw_seed())
+        seed = example_seed(example, params.seed)
         return permutation_features(example, hp.seq_len, hp.reuse_len, perm_size, hp.num_predict, seed)
 
     def dataset(self, mode: str, data_dir: str, params: DataParams,
@@ -740,6 +748,8 @@ class XlnetPretrain(Problem):
             "seq_len", "reuse_len", "bsz_per_host", "num_core_per_host", "bi_data", "num_predict",
             "mask_alpha", "mask_beta", "uncased")}, "the xlnet_pretrain flags")
         check_batch_layout(hp, params.batch_size, input_context)
+        if params.seed is None:  # one stateless seed for this pipeline (see the module docstring)
+            params = dataclasses.replace(params, seed=draw_seed())
         return super().dataset(mode, data_dir, params, input_context=input_context, split=split)
 
 
@@ -749,14 +759,14 @@ def check_batch_layout(hp: XlnetPretrainHParams, batch_size: int,
     bsz_per_core = hp.bsz_per_host // hp.num_core_per_host
     if input_context is None:
         if batch_size != hp.bsz_per_host:
-            raise ValueError(f"batch_size={batch_size} must equal --bsz_per_host={hp.bsz_per_host} "
+            raise SettingsMismatchError(f"batch_size={batch_size} must equal --bsz_per_host={hp.bsz_per_host} "
                              f"(XLNet rows continue across batches; a distribution strategy splits the "
                              f"host batch into --num_core_per_host={hp.num_core_per_host} slices)")
         return
     per_replica = input_context.get_per_replica_batch_size(batch_size)
     local_replicas = input_context.num_replicas_in_sync // max(1, input_context.num_input_pipelines)
     if per_replica != bsz_per_core or local_replicas != hp.num_core_per_host:
-        raise ValueError(
+        raise SettingsMismatchError(
             f"the data was made for --num_core_per_host={hp.num_core_per_host} replicas per host with "
             f"{bsz_per_core} rows each (--bsz_per_host={hp.bsz_per_host}); this run has "
             f"{local_replicas} replicas per input pipeline with {per_replica} rows each: regenerate the "
@@ -773,6 +783,11 @@ def _write_json(path: str, obj: dict) -> None:
 # =============================================================================================== #
 # Parse-time permutation (the original `_local_perm` and parser)
 # =============================================================================================== #
+def draw_seed() -> int:
+    """A fresh reading seed (OS entropy) for an unseeded pipeline."""
+    return random.SystemRandom().randrange(2**31)
+
+
 def example_seed(example: dict, seed: int) -> tf.Tensor:
     """A stateless seed [2] from the reading seed and a hash of the record's content."""
     content = tf.io.serialize_tensor(tf.stack([example["input"], example["is_masked"], example["seg_id"]]))

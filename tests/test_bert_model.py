@@ -10,6 +10,7 @@ from framework import registry
 from models import bert
 from models.bert import BertClassifier, BertConfig, BertPretrainer, build_from_flags
 from models.checkpoints import CheckpointMismatchError, write_tf1_checkpoint
+from trainers import core  # noqa: E402
 
 # The released uncased_L-12_H-768_A-12/bert_config.json, with the extra key some releases carry.
 ORIGINAL_CONFIG = """{
@@ -280,7 +281,7 @@ def test_build_from_flags(tmp_path):
 
 def test_multi_replica_step_matches_one_replica():
     """Variables are created in the strategy scope at construction; sums/counts make 2 replicas == 1."""
-    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    strategy = core.make_strategy("mirrored", 2)  # one MirroredStrategy per process (trainers/core.py)
     with strategy.scope():
         model = BertPretrainer(tiny_config())
     f = features(batch=4)

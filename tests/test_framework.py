@@ -18,6 +18,7 @@ import tensorflow as tf
 import toy_problems  # noqa: F401  (registers toy_lines)
 from framework import corpus, pipeline, records, registry
 from framework.problem import DataParams, ModeKeys, SettingsMismatchError, shard_rng
+from trainers import core  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 EMMA = os.path.join(HERE, "data", "austen_emma.txt")
@@ -254,9 +255,19 @@ def test_task_id_splits_work_and_last_task_writes_manifest(tmp_path):
 def test_dataset_bucket_and_fixed(tmp_path):
     problem, _ = _generate(tmp_path)
     ds = problem.dataset(ModeKeys.TRAIN, str(tmp_path), DataParams(batch_size=8, max_length=64, seed=1))
-    for batch in ds.take(5):
+    bounds = pipeline.bucket_boundaries(64 + 1)
+    widths, bucket_pad, max_pad = set(), 0, 0
+    for batch in ds.take(20):
         assert batch["targets"].dtype == tf.int32 and batch["targets"].shape[0] == 8
         assert batch["targets"].shape[1] <= 64
+        lengths = np.count_nonzero(batch["targets"].numpy(), axis=1)  # ids are >= 1 (0 is padding)
+        # Bucketing, not plain padding: every example of a batch lies in one length bucket ...
+        assert len({int(np.searchsorted(bounds, n, side="right")) for n in lengths}) == 1, lengths
+        widths.add(batch["targets"].shape[1])
+        bucket_pad += batch["targets"].shape[1] * 8 - lengths.sum()
+        max_pad += 64 * 8 - lengths.sum()
+    # ... batches of different padded lengths, and far less padding than padding everything to max_length.
+    assert len(widths) > 1 and bucket_pad < 0.5 * max_pad, (widths, bucket_pad, max_pad)
     fixed = problem.dataset(ModeKeys.EVAL, str(tmp_path),
                             DataParams(batch_size=4, max_length=64, batching="fixed"))
     shapes = {tuple(b["targets"].shape) for b in fixed}
@@ -293,7 +304,7 @@ def test_mirrored_replicas_get_their_own_slices(tmp_path):
     everything = collections.Counter(
         tuple(row) for b in problem.dataset(ModeKeys.EVAL, str(tmp_path), params, split="train")
         for row in b["targets"].numpy().tolist())
-    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    strategy = core.make_strategy("mirrored", 2)  # one MirroredStrategy per process (trainers/core.py)
     dist = strategy.distribute_datasets_from_function(
         lambda ctx: problem.dataset(ModeKeys.EVAL, str(tmp_path), params, input_context=ctx, split="train"))
     seen = collections.Counter()

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
 import textwrap
+import time
 
 import numpy as np
 import pytest
@@ -172,6 +174,59 @@ def test_multi_worker_two_processes_agree_on_the_weights(toy_data, tmp_path):
     assert tf.train.latest_checkpoint(run).endswith("ckpt-6")
     assert not tf.io.gfile.exists(os.path.join(run, ".worker_tmp", "pipeline_1"))
     assert tf.io.gfile.exists(os.path.join(run, "input_pipeline_1", "ckpt-6.index"))
+
+
+USR_TOY = os.path.join(HERE, "usr_toy")
+
+
+@pytest.mark.slow
+def test_multi_worker_kill_one_worker_then_restart_both_resumes(tmp_path):
+    """2 real MultiWorkerMirroredStrategy workers; worker 1 is killed (-9) mid-run, worker 0 (stuck in a
+    collective) too; both restart with the same command: they resume from the last checkpoint and end with
+    identical weights."""
+    data = str(tmp_path / "data")
+    gen = subprocess.run([sys.executable, "-m", "framework.datagen", f"--usr_dir={USR_TOY}",
+                          "--problem=usr_toy_problem", f"--data_dir={data}"], cwd=REPO, env=_env(),
+                         capture_output=True, text=True, timeout=180)
+    assert gen.returncode == 0, gen.stderr[-3000:]
+    run, dump = str(tmp_path / "run"), str(tmp_path / "dump")
+    os.makedirs(dump)
+    cmd = [sys.executable, "-m", "trainers.train_gpu", f"--usr_dir={USR_TOY}", "--problem=usr_toy_problem",
+           f"--data_dir={data}", "--model=usr_toy_model", f"--model_dir={run}", "--strategy=multi_worker",
+           "--train_batch_size=16", "--num_train_steps=16", "--num_warmup_steps=1", "--learning_rate=0.1",
+           "--iterations_per_loop=1", "--save_checkpoints_steps=4", "--seed=1"]
+
+    def start(slow: str) -> list[subprocess.Popen]:
+        cluster = {"worker": [f"127.0.0.1:{p}" for p in _free_ports(2)]}
+        return [subprocess.Popen(cmd, cwd=REPO, env=_env(TF_CONFIG=json.dumps(
+            {"cluster": cluster, "task": {"type": "worker", "index": i}}), TOY_DUMP_DIR=dump, TOY_SLOW_INPUT=slow),
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
+
+    first = start("0.3")  # 0.3 s per batch: still running when ckpt-4 appears
+    deadline = time.time() + 240
+    while not os.path.exists(os.path.join(run, "ckpt-4.index")):
+        assert time.time() < deadline and all(p.poll() is None for p in first), \
+            [p.communicate()[1][-2000:] for p in first if p.poll() is not None]
+        time.sleep(0.2)
+    first[1].send_signal(signal.SIGKILL)
+    first[0].send_signal(signal.SIGKILL)
+    for p in first:
+        p.communicate()
+    last = tf.train.latest_checkpoint(run)
+    last_step = int(last.rsplit("-", 1)[1])
+    assert 4 <= last_step < 16
+    assert not os.listdir(dump)  # killed: no final weights
+
+    second = start("0")
+    outputs = [p.communicate(timeout=300) for p in second]
+    for p, (stdout, stderr) in zip(second, outputs):
+        assert p.returncode == 0, stderr[-3000:]
+        assert _final(stdout)["step"] == 16
+    assert f"restored {last} (step {last_step})" in outputs[0][1]
+    assert f"restored" in outputs[1][1]
+    w0, w1 = (np.load(os.path.join(dump, f"worker_{i}.npy")) for i in range(2))
+    np.testing.assert_array_equal(w0, w1)
+    assert tf.train.latest_checkpoint(run).endswith("ckpt-16")
 
 
 @pytest.mark.slow

@@ -132,13 +132,31 @@ def one_device():
 def test_loss_decreases_and_summaries_written(tmp_path):
     paths = write_records(str(tmp_path / "data"))
     losses = []
+    figures = []
     t = make_trainer(one_device(), tmp_path / "run", paths, 60, lr=0.2, iterations_per_loop=10, log_steps=10)
-    result = t.train(callbacks=[lambda fig: losses.append(fig["loss"])])
+    result = t.train(callbacks=[lambda fig: losses.append(fig["loss"]), figures.append])
     assert result.step == 60 and len(losses) == 6
     assert losses[-1] < 0.8 * losses[0], losses
     assert 0.0 <= result.metrics["accuracy"] <= 1.0 and result.examples_per_sec > 0
     assert tf.io.gfile.glob(str(tmp_path / "run" / "train" / "events.out.tfevents.*"))
     assert tf.train.latest_checkpoint(str(tmp_path / "run")).endswith("ckpt-60")
+    # Read the event files back: every scalar of every host loop, with its step and value.
+    written = {}
+    for path in tf.io.gfile.glob(str(tmp_path / "run" / "train" / "events.out.tfevents.*")):
+        for event in tf.compat.v1.train.summary_iterator(path):
+            for value in event.summary.value:
+                written[(value.tag, event.step)] = float(tf.make_ndarray(value.tensor))
+    expected = {}
+    for fig in figures:
+        expected[("loss", fig["step"])] = fig["loss"]
+        expected[("losses/ce", fig["step"])] = fig["terms"]["ce"]
+        expected[("metrics/accuracy", fig["step"])] = fig["metrics"]["accuracy"]
+        for name in ("learning_rate", "grad_norm", "examples_per_sec", "steps_per_sec"):
+            expected[(name, fig["step"])] = fig[name]
+    assert sorted(written) == sorted(expected)
+    assert {step for _, step in written} == {10, 20, 30, 40, 50, 60}
+    for key, value in expected.items():
+        assert written[key] == pytest.approx(value, rel=1e-6), key
 
 
 def test_two_replicas_equal_one_replica_with_same_global_batch(tmp_path):
@@ -245,6 +263,22 @@ def test_fp16_with_loss_scaling_trains(tmp_path):
         assert int(t.optimizer.iterations.numpy()) == 6
     finally:
         core.set_precision_policy("fp32")
+
+
+def test_fp16_loss_scale_grows_and_shrinks_on_overflow(tmp_path):
+    """Loss scale period 2 (TrainConfig.loss_scale_period): x2 after every 2 finite steps; step 4's batch holds
+    a NaN row (a forced overflow): its update is skipped and the scale halves."""
+    paths = write_records(str(tmp_path / "data"), nan_ids=(50,), num_shards=1)
+    scales = []
+    try:
+        t = make_trainer(one_device(), tmp_path / "run", paths, 6, precision="fp16", iterations_per_loop=1,
+                         loss_scale_period=2, nan_policy="skip")
+        result = t.train(callbacks=[lambda fig: scales.append(float(t._loss_scale.scale.numpy()))])
+    finally:
+        core.set_precision_policy("fp32")
+    assert scales == [2.0 ** 15, 2.0 ** 16, 2.0 ** 16, 2.0 ** 15, 2.0 ** 15, 2.0 ** 16]
+    assert result.skipped_steps == 1 and int(t.optimizer.iterations.numpy()) == 5
+    assert all(np.isfinite(w).all() for w in weights(t))
 
 
 def test_nan_loss_raises_naming_the_step(tmp_path):

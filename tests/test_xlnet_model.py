@@ -11,6 +11,7 @@ import tensorflow as tf
 from framework.registry import models as model_registry
 from models.checkpoints import CheckpointMismatchError, load_tf1_checkpoint, write_tf1_checkpoint
 from models.xlnet import XLNetConfig, XLNetPretrainer, build_from_flags
+from trainers import core  # noqa: E402
 
 B, L, P, V = 2, 8, 3, 50
 
@@ -356,7 +357,7 @@ def test_build_from_flags(tmp_path):
 def test_two_replicas_xla_and_recompute_train_with_carried_memories():
     """The trainers' shapes of use: MirroredStrategy over the 2 logical CPUs, memories carried
     between steps per replica, recompute + dropout inside tf.function, and an XLA-compiled step."""
-    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    strategy = core.make_strategy("mirrored", 2)  # one MirroredStrategy per process (trainers/core.py)
     with strategy.scope():
         model = XLNetPretrainer(tiny(mem_len=4, reuse_len=4, dropout=0.1, dropatt=0.1, recompute=True,
                                      bi_data=True))

@@ -186,6 +186,7 @@ class TrainConfig:
     init_checkpoint: str | None = None
     init_allow_unexpected: Sequence[str] = DEFAULT_INIT_ALLOW_UNEXPECTED
     handle_sigterm: bool = True
+    loss_scale_period: int = 2000       # fp16: finite steps before the loss scale doubles
 
     def validate(self) -> None:
         checks = [
@@ -257,7 +258,7 @@ class Trainer:
             self.optimizer.build(self.model.trainable_variables)
             self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
             self._state_vars = self._make_state_variables()
-            self._loss_scale = _DynamicLossScale() if config.precision == "fp16" else None
+            self._loss_scale = _DynamicLossScale(period=config.loss_scale_period) if config.precision == "fp16" else None
         self._forward_fn = (tf.function(self._forward, jit_compile=True) if config.jit_compile else self._forward)
 
         self._iterator = None
@@ -266,7 +267,9 @@ class Trainer:
         self._setup_checkpoints()
         self.restored_from = self._restore()
         if config.input_mode == "distributed":
-            consumed = int(self.step.numpy()) * config.grad_accum_steps
+            # Each step takes one per-replica batch per local replica (the worker's dataset is dealt
+            # round-robin to its replicas) and micro-batch.
+            consumed = int(self.step.numpy()) * config.grad_accum_steps * self.num_local
             self._dist_iterator = iter(strategy.distribute_datasets_from_function(
                 lambda ctx: dataset_fn(ctx).skip(consumed)))
         self._loop_fn = tf.function(self._train_loop)

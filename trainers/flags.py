@@ -61,6 +61,12 @@ _BERT_RUN_FLAGS = [  # google-research/bert run_pretraining.py
     ("integer", "save_checkpoints_steps", 1000, "Save a checkpoint every this many steps."),
     ("integer", "iterations_per_loop", 1000, "Steps per compiled host loop (summaries/logs between loops)."),
     ("bool", "use_tpu", False, "Train on a TPU (train_tpu.py)."),
+    ("bool", "do_train", True, "Train (run_pretraining.py's --do_train; default true here)."),
+    ("bool", "do_eval", False, "Evaluate on the dev split after training (run_pretraining.py's --do_eval)."),
+    ("integer", "max_eval_steps", 100, "Most eval batches (run_pretraining.py's --max_eval_steps)."),
+    ("integer", "eval_batch_size", 8, "GLOBAL eval batch size (run_pretraining.py's --eval_batch_size)."),
+    ("bool", "use_bfloat16", False, "bfloat16 activations: --precision=bf16 unless --precision is given "
+     "(XLNet's and the TPU trainer's name)."),
 ]
 
 _TPU_FLAGS = [

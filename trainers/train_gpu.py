@@ -19,170 +19,58 @@ Decisions:
 - Settings shared by the problem and the run (`--max_seq_length`, `--seq_len`, ...) are checked against the
   train split's manifest before anything is built; a mismatch is refused naming both values. For data
   made per host (XLNet's `bsz_per_host`), the per-worker batch must equal it.
-- Exit status: 0 when training reached `--num_train_steps`, 143 after SIGTERM and 130 after Ctrl-C (checkpoint saved first),
+- `--num_core_per_host` (XLNet's train_gpu.py: the GPUs per host) sets `--num_gpus` when `--num_gpus` is
+  not given; the originals' other flag names are translated by framework/flag_aliases.py
+  (docs/ORIGINAL_FLAGS.md).
+- Everything but the strategy is trainers/launch.py, shared with textrain-train-tpu.
+- Exit status: 0 when training reached `--num_train_steps`, 143 after SIGTERM and 130 after Ctrl-C
+  (checkpoint saved first),
   1 with a one-line `textrain-train-gpu: error: ...` when flags disagree with the data manifest.
 """
 from __future__ import annotations
 
-import dataclasses
-import json
-import logging
-import os
-import sys
-from typing import Any, Callable
-
 from absl import app, flags
+
+from trainers import launch
 
 FLAGS = flags.FLAGS
 
-REQUIRED = ("problem", "data_dir", "model", "model_dir")
+# Kept importable from here (tests and user scripts used these names); the code lives in trainers/launch.py.
+REQUIRED = launch.REQUIRED
+split_cpu_for_replicas = launch.split_cpu_for_replicas
+model_builder = launch.model_builder
+check_run_settings = launch.check_run_settings
+problem_hparams_for_training = launch.problem_hparams_for_training
+train_config_from_flags = launch.train_config_from_flags
+optimizer_from_flags = launch.optimizer_from_flags
+define_all_flags = launch.define_all_flags
 
 
-def split_cpu_for_replicas(num_gpus: int) -> None:
-    """Without GPUs, --num_gpus=N>1 mirrors over N logical CPUs (must run before TF picks its devices)."""
-    import tensorflow as tf
-
-    if num_gpus <= 1 or tf.config.list_physical_devices("GPU"):
-        return
-    cpus = tf.config.list_physical_devices("CPU")
-    try:
-        tf.config.set_logical_device_configuration(cpus[0], [tf.config.LogicalDeviceConfiguration()] * num_gpus)
-    except RuntimeError:  # already initialised (e.g. split by the caller): use what is there
-        pass
-
-
-def model_builder(model_cls: type) -> Callable[[Any, dict], Any]:
-    """The model's `build_from_flags`: a class attribute if defined, else its module's function."""
-    build = getattr(model_cls, "build_from_flags", None)
-    if build is None:
-        build = getattr(sys.modules[model_cls.__module__], "build_from_flags", None)
-    if build is None:
-        raise AttributeError(f"model {model_cls.registered_name!r} ({model_cls.__module__}) has no "
-                             f"build_from_flags(flags, manifest); see docs/CONTRACTS.md")
-    return build
-
-
-def check_run_settings(manifest: dict, hparams_cls: type, num_input_pipelines: int) -> None:
-    """Refuse command-line settings that disagree with how the data was made."""
-    from framework.flags import given_flags
-    from framework.problem import SettingsMismatchError, check_settings
-
-    names = {f.name for f in dataclasses.fields(hparams_cls)} if dataclasses.is_dataclass(hparams_cls) else set()
-    names |= {"max_seq_length", "max_predictions_per_seq", "seq_len", "reuse_len", "bi_data", "num_predict",
-              "uncased", "perm_size", "mask_alpha", "mask_beta"}
-    check_settings(manifest, given_flags(sorted(names)), source="the command line")
-    per_host = manifest.get("settings", {}).get("bsz_per_host")
-    if per_host and FLAGS.train_batch_size // num_input_pipelines != per_host:
-        raise SettingsMismatchError(
-            f"--train_batch_size={FLAGS.train_batch_size} gives {FLAGS.train_batch_size // num_input_pipelines} "
-            f"rows per worker, but the data was made with bsz_per_host={per_host}")
-
-
-def problem_hparams_for_training(problem_cls: type, manifest: dict) -> Any:
-    """The problem's settings as the data was made (manifest), then the flags given on the command line.
-
-    Reading must agree with writing (e.g. the record shapes follow max_predictions_per_seq), so a
-    setting the user did not give comes from the manifest, not from the HParams default; a given flag
-    that disagrees is refused by `check_run_settings`.
-    """
-    from framework.flags import given_flags
-
-    cls = problem_cls.HParams
-    if not dataclasses.is_dataclass(cls):
-        return cls()
-    names = [f.name for f in dataclasses.fields(cls)]
-    settings = manifest.get("settings", {})
-    values = {n: settings[n] for n in names if n in settings}
-    values.update(given_flags(names))
-    return cls(**values)
-
-
-def train_config_from_flags():
-    from trainers.core import TrainConfig
-
-    return TrainConfig(
-        model_dir=FLAGS.model_dir, num_train_steps=FLAGS.num_train_steps, global_batch_size=FLAGS.train_batch_size,
-        iterations_per_loop=FLAGS.iterations_per_loop, save_checkpoints_steps=FLAGS.save_checkpoints_steps,
-        keep_checkpoint_max=FLAGS.keep_checkpoint_max, log_steps=FLAGS.log_steps,
-        grad_accum_steps=FLAGS.grad_accum_steps, clip_norm=FLAGS.clip_norm, jit_compile=FLAGS.jit_compile,
-        precision=FLAGS.precision, nan_policy=FLAGS.nan_policy, mem_reset=FLAGS.mem_reset,
-        input_mode=FLAGS.input_mode, init_checkpoint=FLAGS.init_checkpoint)
-
-
-def optimizer_from_flags():
-    from trainers.optimization import create_optimizer
-
-    return create_optimizer(
-        FLAGS.learning_rate, FLAGS.num_train_steps, FLAGS.num_warmup_steps, optimizer=FLAGS.optimizer,
-        weight_decay=FLAGS.weight_decay, decay=FLAGS.lr_decay, power=FLAGS.poly_power,
-        end_lr=FLAGS.learning_rate * FLAGS.min_lr_ratio, epsilon=FLAGS.adam_epsilon)
+def num_gpus_from_flags() -> int:
+    """--num_gpus, or XLNet train_gpu.py's --num_core_per_host (GPUs per host) when only that is given."""
+    if not FLAGS["num_gpus"].present and FLAGS.num_core_per_host:
+        return FLAGS.num_core_per_host
+    return FLAGS.num_gpus
 
 
 def main(argv: list[str]) -> None:
     del argv
-    missing = [f"--{n}" for n in REQUIRED if not FLAGS[n].value]
+    missing = launch.missing_required_flags()
     if missing:
         raise app.UsageError(f"missing required flag(s): {', '.join(missing)}")
-    split_cpu_for_replicas(FLAGS.num_gpus)
-    import tensorflow as tf
-
-    from framework import cli, registry
-    from framework.problem import DataParams, ModeKeys
+    num_gpus = num_gpus_from_flags()
+    launch.split_cpu_for_replicas(num_gpus)
     from trainers import core
 
-    logging.getLogger("textrain").setLevel(logging.INFO)
     # First: MultiWorkerMirroredStrategy must configure collectives before TF's context initialises.
-    strategy = core.make_strategy(FLAGS.strategy, FLAGS.num_gpus, tpu=FLAGS.tpu, tpu_zone=FLAGS.tpu_zone,
+    strategy = core.make_strategy(FLAGS.strategy, num_gpus, tpu=FLAGS.tpu, tpu_zone=FLAGS.tpu_zone,
                                   gcp_project=FLAGS.gcp_project)
-    if FLAGS.seed is not None:
-        tf.keras.utils.set_random_seed(FLAGS.seed)
-    problem_cls = registry.problems.get(FLAGS.problem)
-    manifest = problem_cls().read_manifest(FLAGS.data_dir, "train")
-    try:
-        # The manifest check first: a flag that disagrees with the data is named as such, not as
-        # whichever invariant of the problem's settings it happens to break (XLNet's
-        # --num_core_per_host vs bsz_per_host). A user error ends with its message, no traceback.
-        check_run_settings(manifest, problem_cls.HParams, core.input_context(strategy).num_input_pipelines)
-        problem = problem_cls(problem_hparams_for_training(problem_cls, manifest))
-    except ValueError as e:
-        raise cli.UserError(str(e)) from None
-    build = model_builder(registry.models.get(FLAGS.model))
-    params = DataParams(batch_size=FLAGS.train_batch_size, seed=FLAGS.seed)
-
-    def dataset_fn(ctx: tf.distribute.InputContext) -> tf.data.Dataset:
-        return problem.dataset(ModeKeys.TRAIN, FLAGS.data_dir, params, input_context=ctx)
-
-    trainer = core.Trainer(strategy, lambda: build(FLAGS, manifest), optimizer_from_flags, dataset_fn,
-                           train_config_from_flags())
-    result = trainer.train()
-    figures = {"step": result.step, "loss": result.loss, **result.terms, **result.metrics,
-               "examples_per_sec": round(result.examples_per_sec, 2), "skipped_steps": result.skipped_steps,
-               "checkpoint": result.checkpoint, "preempted": result.preempted}
-    print("final " + json.dumps(figures), flush=True)
-    if result.preempted:
-        sys.exit(128 + (result.stop_signal or 15))  # 143 after SIGTERM, 130 after Ctrl-C
-
-
-def define_all_flags(argv: list[str]) -> None:
-    """Register built-ins and --usr_dir, then define problem and trainer flags (idempotent)."""
-    from framework import registry
-    from framework.flags import define_problem_flags
-    from trainers.flags import define_trainer_flags
-
-    registry.import_builtins()
-    registry.import_usr_dir(registry.usr_dir_from_argv(argv))
-    define_trainer_flags()
-    define_problem_flags()
+    launch.run_training("textrain-train-gpu", strategy)
 
 
 def run() -> None:
     """Console entry point `textrain-train-gpu`."""
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    sys.path.insert(0, os.getcwd())  # problems/models of a --usr_dir next to the working directory
-    define_all_flags(sys.argv)
-    from framework import cli
-
-    cli.run_main("textrain-train-gpu", main)
+    launch.console_main("textrain-train-gpu", main)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,122 @@
+"""textrain-train-tpu: the TPUEstimator contract (run_pretraining.py's flags) on TPUStrategy, through THE loop.
+
+    textrain-train-tpu --use_tpu --tpu=my-tpu --tpu_zone=us-central1-a --gcp_project=p \
+        --problem=bert_pretrain --data_dir=gs://b/data --model=bert --model_dir=gs://b/runs/base \
+        --bert_config_file=gs://b/bert_config.json --train_batch_size=256 --num_hosts=1 --num_core_per_host=8 \
+        --iterations_per_loop=1000 --save_checkpoints_steps=1000 --use_bfloat16
+
+TF 2.21 ships no Estimator; what TPUEstimator users rely on is kept, everything else is trainers/core.py
+(the one loop) and trainers/launch.py (the launch code shared with textrain-train-gpu):
+- `--iterations_per_loop` steps run inside ONE device call (core's host loop: a tf.range loop inside one
+  tf.function); summaries, logs and checkpoints are written on the host between loops.
+- Per-host input: `strategy.distribute_datasets_from_function` with a tf.distribute.InputContext
+  (core's input_mode="distributed"): each host reads its own files (file i goes to host i % num_hosts),
+  batched per replica with drop_remainder; every feature must have a static shape (refused otherwise,
+  naming the feature), as XLA on TPU needs.
+- The replica step compiles with XLA (TrainConfig.jit_compile=True): TPUStrategy compiles the whole
+  replica function; off TPU the model's forward and backward pass are an XLA cluster.
+- `--use_bfloat16` = `--precision=bf16` (mixed_bfloat16: float32 variables, bfloat16 activations).
+- `--use_tpu=false` runs the SAME code path on the local devices: a MirroredStrategy over
+  `--num_core_per_host` GPUs, or, without GPUs, over `--num_core_per_host` logical CPU devices (one
+  device: OneDeviceStrategy). So CI exercises the whole TPU trainer.
+- `--use_tpu` needs gs:// paths: a Cloud TPU reads and writes through GCS, never the VM's disk (the
+  originals end in "File system scheme '[local]' not implemented"). A local `--data_dir`, `--model_dir`,
+  `--init_checkpoint` (or `--bert_config_file`...) is refused up front with one line naming the flag.
+- `--num_hosts`/`--num_core_per_host` are checked against the TPU the resolver found.
+- Resume: the distributed input iterator cannot be checkpointed in TF 2.21; a resumed run skips the
+  batches already consumed, exact because the input seed is fixed per run (trainers/launch.py data_seed).
+- `--do_eval`/`--max_eval_steps`: defined; the eval loop is wired at the one call site in launch.py.
+- Exit status: 0 done, 143 after SIGTERM (checkpoint saved), 1 with one line for a user error.
+"""
+from __future__ import annotations
+
+from absl import app, flags
+
+from trainers import launch
+
+FLAGS = flags.FLAGS
+
+# What the TPU trainer decides itself (core.TrainConfig fields): per-host distributed input, XLA step.
+TPU_CONFIG = dict(input_mode="distributed", jit_compile=True)
+
+# Flags naming files a Cloud TPU must reach through GCS.
+PATH_FLAGS = ("data_dir", "model_dir", "init_checkpoint", "bert_config_file", "electra_config_file",
+              "model_config_path")
+
+
+def check_tpu_paths() -> None:
+    """With --use_tpu every path must be gs:// (one line naming the first flag that is not)."""
+    from framework import cli
+
+    for name in PATH_FLAGS:
+        value = FLAGS[name].value if name in FLAGS else None
+        if value and not str(value).startswith("gs://"):
+            raise cli.UserError(
+                f"--{name}={value} is a local path, but --use_tpu reads and writes through Google Cloud Storage "
+                f"(a TPU cannot see this machine's disk): copy it to a gs:// bucket and pass --{name}=gs://...")
+
+
+def local_replicas() -> int:
+    """--use_tpu=false: how many local replicas stand in for the TPU cores of one host."""
+    return FLAGS.num_core_per_host or 1
+
+
+def make_tpu_strategy():
+    """TPUStrategy (--use_tpu) or the local stand-in, checked against --num_hosts/--num_core_per_host."""
+    from framework import cli
+    from trainers import core
+
+    if FLAGS.use_tpu:
+        strategy = core.make_strategy("tpu", tpu=FLAGS.tpu, tpu_zone=FLAGS.tpu_zone, gcp_project=FLAGS.gcp_project)
+        hosts = strategy.extended.num_hosts
+        if hosts != FLAGS.num_hosts:
+            raise cli.UserError(f"--num_hosts={FLAGS.num_hosts} but the TPU {FLAGS.tpu!r} has {hosts} host(s)")
+        cores = strategy.num_replicas_in_sync // max(hosts, 1)
+        if FLAGS.num_core_per_host and cores != FLAGS.num_core_per_host:
+            raise cli.UserError(f"--num_core_per_host={FLAGS.num_core_per_host} but the TPU {FLAGS.tpu!r} has "
+                                f"{cores} core(s) per host")
+        return strategy
+    if FLAGS.num_hosts != 1:
+        raise cli.UserError(f"--num_hosts={FLAGS.num_hosts} needs --use_tpu (several GPU machines: "
+                            f"textrain-train-gpu --strategy=multi_worker)")
+    n = local_replicas()
+    launch.split_cpu_for_replicas(n)
+    return core.make_strategy("mirrored" if n > 1 else "one_device", n)
+
+
+def require_static_shapes(ds) -> None:
+    """XLA on TPU compiles one program for fixed shapes: every feature of a batch must have one."""
+    import tensorflow as tf
+
+    from framework import cli
+
+    spec = ds.element_spec
+    named = sorted(spec.items()) if isinstance(spec, dict) else enumerate(tf.nest.flatten(spec))
+    for name, spec in named:
+        if not spec.shape.is_fully_defined():
+            raise cli.UserError(f"feature {name!r} has the dynamic shape {spec.shape} on the TPU trainer: use "
+                                f"fixed-length batching (pad to --max_length) for this problem")
+
+
+def main(argv: list[str]) -> None:
+    del argv
+    missing = launch.missing_required_flags()
+    if missing:
+        raise app.UsageError(f"missing required flag(s): {', '.join(missing)}")
+    if FLAGS.use_tpu:
+        check_tpu_paths()
+    strategy = make_tpu_strategy()
+    launch.run_training(
+        "textrain-train-tpu", strategy,
+        data_params=dict(drop_remainder=True),
+        config_overrides=TPU_CONFIG,
+        check_dataset=require_static_shapes)
+
+
+def run() -> None:
+    """Console entry point `textrain-train-tpu`."""
+    launch.console_main("textrain-train-tpu", main)
+
+
+if __name__ == "__main__":
+    run()
