@@ -235,6 +235,10 @@ class XLNetEncoder(tf.keras.layers.Layer):
         self.ffn_layers = [PositionwiseFFN(c.d_model, c.d_inner, c.ff_activation, c.dropout,
                                            initializer=init, name=f"layer_{i}_ff")
                            for i in range(c.n_layer)]
+        # tf.train.Checkpoint does not see layers inside a Keras list attribute: name each one
+        # (see models/layers/transformer.py).
+        for layer in self.attn_layers + self.ffn_layers:
+            setattr(self, layer.name, layer)
         self.seed_generator = tf.keras.random.SeedGenerator(seed=None, name="dropout_seed")
         self.built = True
 

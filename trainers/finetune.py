@@ -64,7 +64,9 @@ def finetune(
     tmp_dir: str = "",
     usr_dir: str | None = None,
     problem_hparams: dict | None = None,
-    tokenizer_hparams: dict | None = None,
+    vocab_file: str | None = None,
+    do_lower_case: bool | None = None,
+    sp_model: str | None = None,
     datagen: bool = True,
     model_size: str | None = None,
     model_config_file: str | None = None,
@@ -103,8 +105,10 @@ def finetune(
 
     model: registered classifier (bert_classifier | electra_classifier | xlnet_classifier).
     task: registered task problem (GLUE names, tsv_classification, ...).
-    problem_hparams / tokenizer_hparams: the problem's settings (task files; vocab / tokenizer),
-      tokenizer_hparams first (set by the model-family configs), then problem_hparams.
+    problem_hparams: the problem's own settings (task files, columns, labels ...), a dict.
+    vocab_file / do_lower_case (WordPiece: BERT, ELECTRA) / sp_model (SentencePiece: XLNet): the
+      PRETRAINED model's tokenizer, passed to the problem's settings of those names; its `tokenizer`
+      setting follows the model (xlnet_classifier -> sentencepiece, else wordpiece).
     model_size / model_config_file / model_overrides: the encoder (a preset, an original config json,
       single fields replaced, e.g. {'num_hidden_layers': 2}).
     layerwise_lr_decay: ELECTRA's layer-wise LR decay (0.8 in its configs; 1 = off).
@@ -114,7 +118,9 @@ def finetune(
     _check_choice("precision", precision, ("fp32", "bf16", "fp16"))
     _check_choice("optimizer", optimizer, ("adamw", "adam", "lamb"))
     registry.import_usr_dir(usr_dir)
-    problem = build_problem(task, {**(tokenizer_hparams or {}), **(problem_hparams or {})}, max_seq_length)
+    tokenizer = {"tokenizer": "sentencepiece" if model.startswith("xlnet") else "wordpiece", "vocab_file": vocab_file,
+                 "do_lower_case": do_lower_case, "sp_model": sp_model, "max_seq_length": max_seq_length}
+    problem = build_problem(task, problem_hparams or {}, tokenizer)
     model_cls = _model_class(model)
     from trainers.train_gpu import split_cpu_for_replicas
 
@@ -189,7 +195,7 @@ def finetune(
         splits = {s: eval_dataset_fn(problem, data_dir, s, eval_batch_size) for s in _eval_splits(problem, data_dir)}
         evaluator = PeriodicEvaluator(
             dist, model_obj, model_dir, splits, every_steps=eval_every_steps, final_step=num_train_steps,
-            metrics_fn=lambda split, result: task_metrics(problem, result), main_metric=getattr(problem, "main_metric", None),
+            metrics_fn=lambda split, result: task_metrics(problem, data_dir, split, result), main_metric=getattr(problem, "main_metric", None),
             is_chief=trainer.is_chief)
     if do_train:
         result = trainer.train(callbacks=[evaluator] if evaluator else [])
@@ -237,8 +243,11 @@ def _model_class(name: str) -> type:
     return cls
 
 
-def build_problem(task: str, hparams: dict, max_seq_length: int | None):
-    """The task problem with its settings; an unknown task or setting is a UserError naming it."""
+def build_problem(task: str, hparams: dict, shared: dict | None = None):
+    """The task problem with its settings; an unknown task or setting is a UserError naming it.
+
+    `shared`: run-level values (tokenizer, vocab_file, max_seq_length ...) given to the problem when its
+    settings have that name and the value is not None; `hparams` (finetune.problem_hparams) win."""
     from framework import registry
     from framework.cli import UserError
 
@@ -251,9 +260,8 @@ def build_problem(task: str, hparams: dict, max_seq_length: int | None):
     if unknown:
         raise UserError(f"finetune.problem_hparams: {task} has no setting {', '.join(map(repr, unknown))}; "
                         f"its settings: {', '.join(sorted(fields))}")
-    values = dict(hparams)
-    if max_seq_length is not None and "max_seq_length" in fields:
-        values["max_seq_length"] = max_seq_length
+    values = {k: v for k, v in (shared or {}).items() if v is not None and k in fields}
+    values.update(hparams)
     try:
         return cls(cls.HParams(**values))
     except (TypeError, ValueError) as e:
@@ -296,13 +304,17 @@ def _eval_splits(problem, data_dir: str) -> list[str]:
 
 
 def _model_outputs(result) -> Any:
-    """What problem.compute_metrics receives as `outputs`: probabilities, or the value (regression)."""
+    """What problem.compute_metrics receives as `outputs` (framework/tasks.py): logits `[N, num_labels]`,
+    or the predicted value `[N]` for regression."""
     out = result.outputs
-    return out["predictions"] if "predictions" in out else out["probabilities"]
+    return out["predictions"] if "predictions" in out else out["logits"]
 
 
-def task_metrics(problem, result) -> dict:
+def task_metrics(problem, data_dir: str, split: str, result) -> dict:
+    """The task's own metrics of one evaluated split (none for a split without labels)."""
     if not hasattr(problem, "compute_metrics") or "label_ids" not in result.outputs:
+        return {}
+    if hasattr(problem, "has_labels") and not problem.has_labels(data_dir, split):
         return {}
     return dict(problem.compute_metrics(result.outputs["label_ids"], _model_outputs(result)))
 
