@@ -164,8 +164,10 @@ class ClassifierModel(TrainableModel):
         if "_CHECKPOINTABLE_OBJECT_GRAPH" in names:
             encoder = getattr(self, self.encoder_attribute)
             view = tf.train.Checkpoint(model=tf.train.Checkpoint(**{self.encoder_attribute: encoder}))
+            status = view.read(path)
+            status.expect_partial()  # the pretraining heads and the optimizer stay in the file
             try:
-                view.read(path).assert_existing_objects_matched()
+                status.assert_existing_objects_matched()
             except AssertionError as e:
                 raise ValueError(f"{path}: this textrain checkpoint has no {self.encoder_attribute!r} encoder "
                                  f"matching {type(self).__name__}: {str(e)[:500]}") from None

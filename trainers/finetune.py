@@ -421,6 +421,8 @@ def main(argv: list[str]) -> None:
     parse_gin(FLAGS.gin_file, FLAGS.gin_param)
     try:
         summary = finetune()
+    except UserError as e:  # gin appends "In call to configurable ..." on a new line: keep one line
+        raise UserError(str(e).split("\n  In call to configurable")[0]) from None
     except RuntimeError as e:
         if "Required bindings" in str(e) or "REQUIRED" in str(e):
             raise UserError(_one_line(e) + " (bind them with --gin_param or in a --gin_file)") from None
