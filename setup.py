@@ -35,6 +35,7 @@ setup(
         "console_scripts": [
             "textrain-datagen=framework.datagen:run",
             "textrain-train-gpu=trainers.train_gpu:run",
+            "textrain-finetune=trainers.finetune:run",
         ],
     },
 )

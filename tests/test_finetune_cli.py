@@ -204,3 +204,21 @@ def test_train_gpu_builds_a_classifier_and_layerwise_decay_reaches_the_optimizer
     np.testing.assert_allclose(decayed["top"] - init["top"], plain["top"] - init["top"], rtol=1e-4, atol=1e-7)
     np.testing.assert_allclose(decayed["emb"] - init["emb"], 0.5 ** 4 * (plain["emb"] - init["emb"]), rtol=1e-3, atol=1e-7)
     assert np.abs(plain["emb"] - init["emb"]).max() > 1e-4
+
+
+@pytest.mark.slow
+def test_train_gpu_do_eval_reports_pretraining_metrics_on_dev(tmp_path):
+    data, run = tmp_path / "data", tmp_path / "run"
+    gen = subprocess.run([sys.executable, "-m", "framework.datagen", "--problem=bert_pretrain", f"--input_file={EMMA}",
+                          f"--data_dir={data}", "--vocab_size=600", "--max_seq_length=32", "--max_predictions_per_seq=5",
+                          "--dev_fraction=0.1", "--dupe_factor=1"], cwd=REPO, env=_env(), capture_output=True, text=True)
+    assert gen.returncode == 0, gen.stderr[-2000:]
+    proc = subprocess.run([sys.executable, "-m", "trainers.train_gpu", "--problem=bert_pretrain", "--model=bert",
+                           "--model_size=tiny", f"--data_dir={data}", f"--model_dir={run}", "--max_seq_length=32",
+                           "--max_predictions_per_seq=5", "--train_batch_size=16", "--num_train_steps=2", "--do_eval",
+                           "--max_eval_steps=3", "--num_gpus=2"], cwd=REPO, env=_env(), capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    dev = json.load(open(run / "eval_results.json"))["dev"][-1]
+    assert dev["step"] == 2 and dev["num_examples"] == 24  # 3 global batches of 8 (eval_batch_size), 2 replicas
+    assert {"mlm_accuracy", "mlm_loss", "nsp_accuracy", "loss"} <= set(dev)
+    assert dev["loss"] == pytest.approx(dev["mlm_loss"] + dev["nsp_loss"])

@@ -97,6 +97,10 @@ _LOOP_FLAGS = [
     ("enum", "nan_policy", "raise", "Non-finite loss: raise (naming the step) or skip the update.", ["raise", "skip"]),
     ("enum", "input_mode", "host", "host: checkpointed input iterator | distributed: prefetch to device.",
      ["host", "distributed"]),
+    ("bool", "do_eval", False, "After training, evaluate the model's losses/metrics on the dev split "
+                               "(run_pretraining.py --do_eval); results in {model_dir}/eval_results.json."),
+    ("integer", "max_eval_steps", 100, "Eval batches at most (run_pretraining.py's default 100)."),
+    ("integer", "eval_batch_size", 8, "GLOBAL eval batch size (run_pretraining.py's default 8)."),
 ]
 
 _XLNET_FLAGS = [  # zihangdai/xlnet train_gpu.py; None = the model preset / config file / data manifest

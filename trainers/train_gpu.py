@@ -163,7 +163,19 @@ def main(argv: list[str]) -> None:
 
     trainer = core.Trainer(strategy, model_fn, lambda: optimizer_from_flags(built["model"]), dataset_fn,
                            train_config_from_flags())
+    if FLAGS.do_eval:  # before training: a missing dev split is found now, not after hours
+        try:
+            problem.read_manifest(FLAGS.data_dir, "dev")
+        except FileNotFoundError as e:
+            raise cli.UserError(f"--do_eval: {e} (pretraining problems make it with --dev_fraction > 0)") from None
     result = trainer.train()
+    if FLAGS.do_eval and not result.preempted:
+        from trainers.evaluation import PeriodicEvaluator, eval_dataset_fn
+
+        evaluator = PeriodicEvaluator(strategy, trainer.model, FLAGS.model_dir,
+                                      {"dev": eval_dataset_fn(problem, FLAGS.data_dir, "dev", FLAGS.eval_batch_size)},
+                                      max_steps=FLAGS.max_eval_steps, is_chief=trainer.is_chief)
+        print("eval " + json.dumps(evaluator.run(result.step)["dev"]), flush=True)
     figures = {"step": result.step, "loss": result.loss, **result.terms, **result.metrics,
                "examples_per_sec": round(result.examples_per_sec, 2), "skipped_steps": result.skipped_steps,
                "checkpoint": result.checkpoint, "preempted": result.preempted}
