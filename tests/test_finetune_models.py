@@ -166,6 +166,7 @@ def _records_dataset(n: int, seed: int = 0) -> tf.data.Dataset:
         "example_index": np.arange(n, dtype=np.int32)})
 
 
+@pytest.mark.slow
 def test_evaluate_sees_every_example_once_in_order_on_two_replicas():
     n, batch = 11, 4  # 11 = 2 full global batches + a partial one (3 rows over 2 replicas)
     one = core.make_strategy("one_device", 0)
