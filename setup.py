@@ -40,6 +40,7 @@ setup(
             "textrain-datagen=framework.datagen:run",
             "textrain-train-gpu=trainers.train_gpu:run",
             "textrain-train-tpu=trainers.train_tpu:run",
+            "textrain-finetune=trainers.finetune:run",
         ],
     },
 )

@@ -187,6 +187,7 @@ class TrainConfig:
     init_allow_unexpected: Sequence[str] = DEFAULT_INIT_ALLOW_UNEXPECTED
     handle_sigterm: bool = True
     loss_scale_period: int = 2000       # fp16: finite steps before the loss scale doubles
+    eval_every_steps: int = 0           # host loops also end at multiples of this (evaluation callbacks)
 
     def validate(self) -> None:
         checks = [
@@ -342,6 +343,10 @@ class Trainer:
             log.warning("no input-pipeline checkpoint %s: this worker's data starts from the beginning", path)
 
     def _load_init_checkpoint(self, path: str) -> None:
+        if hasattr(self.model, "load_init_checkpoint"):  # fine-tuning models: encoder only, head fresh
+            loaded = self.model.load_init_checkpoint(path)
+            log.info("initialised %d encoder variables from %s", len(loaded), path)
+            return
         path = checkpoint_checks.resolve_checkpoint(path)
         if checkpoint_checks.is_textrain_checkpoint(path):
             loaded = checkpoint_checks.load_init_checkpoint(path, self.model, self.config.init_allow_unexpected)
@@ -556,7 +561,7 @@ class Trainer:
         """Steps of the next host loop: up to iterations_per_loop, never past a save, log or the end."""
         cfg = self.config
         n = min(cfg.iterations_per_loop, cfg.num_train_steps - step)
-        for every in (cfg.save_checkpoints_steps, cfg.log_steps):
+        for every in (cfg.save_checkpoints_steps, cfg.log_steps, cfg.eval_every_steps):
             if every > 0:
                 n = min(n, every - step % every)
         return max(n, 1)

@@ -62,7 +62,8 @@ _BERT_RUN_FLAGS = [  # google-research/bert run_pretraining.py
     ("integer", "iterations_per_loop", 1000, "Steps per compiled host loop (summaries/logs between loops)."),
     ("bool", "use_tpu", False, "Train on a TPU (train_tpu.py)."),
     ("bool", "do_train", True, "Train (run_pretraining.py's --do_train; default true here)."),
-    ("bool", "do_eval", False, "Evaluate on the dev split after training (run_pretraining.py's --do_eval)."),
+    ("bool", "do_eval", False, "After training, evaluate the model's losses/metrics on the dev split "
+                               "(run_pretraining.py --do_eval); results in {model_dir}/eval_results.json."),
     ("integer", "max_eval_steps", 100, "Most eval batches (run_pretraining.py's --max_eval_steps)."),
     ("integer", "eval_batch_size", 8, "GLOBAL eval batch size (run_pretraining.py's --eval_batch_size)."),
     ("bool", "use_bfloat16", False, "bfloat16 activations: --precision=bf16 unless --precision is given "

@@ -125,13 +125,16 @@ def train_config_from_flags(**overrides: Any):
     return TrainConfig(**values)
 
 
-def optimizer_from_flags():
-    from trainers.optimization import create_optimizer
+def optimizer_from_flags(model=None):
+    """The optimizer of the flags; `--layerwise_lr_decay` != 1 takes its layer depths from `model`."""
+    from trainers.optimization import create_optimizer, model_depth_fn
 
+    depth_fn, top_depth = model_depth_fn(model) if FLAGS.layerwise_lr_decay != 1.0 else (None, None)
     return create_optimizer(
         FLAGS.learning_rate, FLAGS.num_train_steps, FLAGS.num_warmup_steps, optimizer=FLAGS.optimizer,
         weight_decay=FLAGS.weight_decay, decay=FLAGS.lr_decay, power=FLAGS.poly_power,
-        end_lr=FLAGS.learning_rate * FLAGS.min_lr_ratio, epsilon=FLAGS.adam_epsilon)
+        end_lr=FLAGS.learning_rate * FLAGS.min_lr_ratio, epsilon=FLAGS.adam_epsilon,
+        layerwise_lr_decay=FLAGS.layerwise_lr_decay, depth_fn=depth_fn, top_depth=top_depth)
 
 
 def data_seed(model_dir: str, seed: int | None, pipeline_id: int) -> int:
@@ -195,17 +198,31 @@ def run_training(prog: str, strategy, *, data_params: dict | None = None,
             check_dataset(ds)
         return ds
 
+    built = {}
+
+    def model_fn():
+        built["model"] = build(FLAGS, manifest)
+        return built["model"]
+
+    if FLAGS.do_eval:  # before training: a missing dev split is found now, not after hours
+        try:
+            problem.read_manifest(FLAGS.data_dir, "dev")
+        except FileNotFoundError as e:
+            raise cli.UserError(f"--do_eval: {e} (pretraining problems make it with --dev_fraction > 0)") from None
     try:
-        trainer = core.Trainer(strategy, lambda: build(FLAGS, manifest), optimizer_from_flags, dataset_fn,
+        trainer = core.Trainer(strategy, model_fn, lambda: optimizer_from_flags(built["model"]), dataset_fn,
                                train_config_from_flags(**(config_overrides or {})))
     except SettingsMismatchError as e:  # the data's layout vs this run (found while building the input)
         raise cli.UserError(str(e)) from None
     result = trainer.train() if FLAGS.do_train else None
-    if FLAGS.do_eval:
-        # EVAL CALL SITE (issue #10): the eval loop is trainers/evaluation.py (engineer b2-finetune); the
-        # integrator wires it here, e.g. `evaluation.evaluate(trainer, problem, max_steps=FLAGS.max_eval_steps)`,
-        # and adds its figures to the final line.
-        log.warning("--do_eval: the evaluation loop is not part of this build yet; skipped")
+    if FLAGS.do_eval and not (result is not None and result.preempted):
+        # run_pretraining.py --do_eval: the model's own metrics on the dev split, through the one eval loop.
+        from trainers.evaluation import PeriodicEvaluator, eval_dataset_fn
+
+        evaluator = PeriodicEvaluator(strategy, trainer.model, FLAGS.model_dir,
+                                      {"dev": eval_dataset_fn(problem, FLAGS.data_dir, "dev", FLAGS.eval_batch_size)},
+                                      max_steps=FLAGS.max_eval_steps, is_chief=trainer.is_chief)
+        print("eval " + json.dumps(evaluator.run(int(trainer.step.numpy()))["dev"]), flush=True)
     if result is None:
         print("final " + json.dumps({"step": int(trainer.step.numpy()), "trained": False}), flush=True)
         return
