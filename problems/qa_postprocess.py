@@ -314,13 +314,14 @@ def beam_nbest(example: Mapping[str, Any], results: Mapping[int, Mapping[str, Se
                ) -> tuple[list[dict[str, Any]], float | None]:
     """XLNet's (and ELECTRA's) n-best from beams: `start_top_log_probs`/`start_top_index` [k1] and
     `end_top_log_probs`/`end_top_index` [k1 * k2] (row i: the ends of start i), plus optional
-    `cls_logits`; returns (nbest, smallest cls_logits over windows or None)."""
+    `cls_logits` (ELECTRA: `answerable_logit`); returns (nbest, the smallest over windows or None)."""
     prelims: list[Prelim] = []
     null_score = None
     for fi, feature in enumerate(example["features"]):
         r = results[feature["unique_id"]]
-        if "cls_logits" in r:
-            c = float(r["cls_logits"])
+        null_key = "cls_logits" if "cls_logits" in r else "answerable_logit"  # XLNet / ELECTRA
+        if null_key in r:
+            c = float(r[null_key])
             null_score = c if null_score is None else min(null_score, c)
         s_lp, s_idx = list(r["start_top_log_probs"]), [int(i) for i in r["start_top_index"]]
         e_lp, e_idx = list(r["end_top_log_probs"]), [int(i) for i in r["end_top_index"]]
