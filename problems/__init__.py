@@ -1,2 +1,2 @@
 """Built-in problems; importing this package registers them all."""
-from problems import bert_pretrain, electra_pretrain, translate, xlnet_pretrain  # noqa: F401
+from problems import bert_pretrain, electra_pretrain, race, squad, translate, xlnet_pretrain  # noqa: F401

@@ -9,8 +9,8 @@ Decisions:
   carries what post-processing needs: `qas_id`, the gold `answers` (texts), `is_impossible`, the
   context as whitespace words (`doc_tokens`, WordPiece) or characters (`paragraph_text`,
   SentencePiece), and per window (`features`): `unique_id`, `doc_offset` (position of the first
-  context token in the input), `doc_len`, `max_context` (BERT's `token_is_max_context`, a list over
-  the window's context tokens), and either `tokens` + `orig_index` (WordPiece: sub-tokens and their
+  context token in the input), `doc_len`, `max_context` (BERT's `token_is_max_context` over the
+  window's context tokens, a string of "1"/"0"), and either `tokens` + `orig_index` (WordPiece: sub-tokens and their
   whitespace-word index) or `start_orig` + `end_orig` (SentencePiece: each piece's first and last
   character in the raw context, XLNet's `tok_start_to_orig_index` / `tok_end_to_orig_index`).
 - Two ways to propose spans, as the originals: from full start/end logits (BERT; top `n_best_size`
@@ -239,7 +239,7 @@ def _valid_span(feature: Mapping[str, Any], start: int, end: int, max_answer_len
     off, n = feature["doc_offset"], feature["doc_len"]
     if not (off <= start < off + n and off <= end < off + n):
         return False
-    if not feature["max_context"][start - off]:
+    if feature["max_context"][start - off] in ("0", False, 0):
         return False
     return start <= end and end - start + 1 <= max_answer_length
 

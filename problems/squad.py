@@ -153,6 +153,13 @@ def is_max_context(spans: Sequence[tuple[int, int]], span_index: int, position: 
     return best == span_index
 
 
+def max_context_flags(spans: Sequence[tuple[int, int]], span_index: int) -> str:
+    """"1"/"0" per token of window `span_index`: whether this window is its max-context one (a
+    string: the sidecar stays small)."""
+    start, length = spans[span_index]
+    return "".join("1" if is_max_context(spans, span_index, start + i) else "0" for i in range(length))
+
+
 def improve_answer_span(doc_tokens: Sequence[str], start: int, end: int, answer_tokens: Sequence[str]
                         ) -> tuple[int, int]:
     """The first (leftmost start, then longest) sub-span of [start, end] whose tokens equal the
@@ -235,7 +242,7 @@ def wordpiece_features(example: dict, example_index: int, encoder: text_encoders
         side.append({"unique_id": unique_id, "doc_offset": doc_offset, "doc_len": length,
                      "tokens": doc_tokens[start:start + length],
                      "orig_index": tok_to_orig[start:start + length],
-                     "max_context": [is_max_context(spans, si, start + i) for i in range(length)]})
+                     "max_context": max_context_flags(spans, si)})
     entry = {"example_index": example_index, "qas_id": example["qas_id"], "doc_tokens": words,
              "answers": [a["text"] for a in example["answers"]],
              "is_impossible": example["is_impossible"], "features": side}
@@ -398,7 +405,7 @@ def sentencepiece_features(example: dict, example_index: int, encoder: text_enco
         side.append({"unique_id": unique_id, "doc_offset": 0, "doc_len": length,
                      "start_orig": start_orig[start:start + length],
                      "end_orig": end_orig[start:start + length],
-                     "max_context": [is_max_context(spans, si, start + i) for i in range(length)]})
+                     "max_context": max_context_flags(spans, si)})
     entry = {"example_index": example_index, "qas_id": example["qas_id"],
              "paragraph_text": example["context"], "answers": [a["text"] for a in example["answers"]],
              "is_impossible": example["is_impossible"], "features": side}
@@ -408,6 +415,25 @@ def sentencepiece_features(example: dict, example_index: int, encoder: text_enco
 # =============================================================================================== #
 # The problems
 # =============================================================================================== #
+@dataclasses.dataclass
+class PostprocessConfig:
+    """Post-processing knobs (run_squad.py's flags); not data settings, so not in the manifest.
+    `null_score_diff_threshold` None: never answer "" (XLNet's choice; the v2 metrics still report
+    the best threshold on dev)."""
+
+    n_best_size: int = 20
+    max_answer_length: int = 30
+    null_score_diff_threshold: float | None = 0.0
+    output_dir: str = ""  # where predictions.json, nbest_predictions.json, null_odds.json go ("": none)
+
+
+def results_by_unique_id(outputs: dict[str, Any]) -> dict[int, dict[str, Any]]:
+    """Batched model outputs (numpy, first axis = windows, with `unique_ids`) -> {unique_id: row}."""
+    ids = np.asarray(outputs["unique_ids"]).reshape(-1)
+    rows = {k: np.asarray(v) for k, v in outputs.items() if k != "unique_ids"}
+    return {int(u): {k: v[i] for k, v in rows.items()} for i, u in enumerate(ids)}
+
+
 @dataclasses.dataclass
 class SquadHParams:
     train_file: str = dataclasses.field(default="", metadata=help_text(
@@ -438,12 +464,14 @@ class SquadProblem(Problem):
     task_type = "span_extraction"
     main_metric = "f1"
 
-    def __init__(self, hparams=None):
+    def __init__(self, hparams=None, postprocess: PostprocessConfig | None = None):
         super().__init__(hparams)
         hp = self.hparams
         if hp.tokenizer not in ("wordpiece", "sentencepiece"):
             raise ValueError(f"--tokenizer must be wordpiece or sentencepiece, got {hp.tokenizer!r}")
         self._encoder = None
+        self.postprocess_config = postprocess or PostprocessConfig()
+        self._eval_source: tuple[str, str] | None = None
 
     # ---------------------------------------------------------------- generation
     def input_file(self, split: str) -> str:
@@ -559,6 +587,40 @@ class SquadProblem(Problem):
             raise ValueError(f"{path}: {len(entries)} questions, the manifest says {info['num_questions']}; "
                              f"re-run datagen with --overwrite")
         return entries
+
+    def predict(self, outputs: dict[str, Any], data_dir: str, split: str = DatasetSplit.EVAL,
+                output_dir: str | None = None) -> tuple[dict, dict, dict, dict[str, float]]:
+        """(predictions, nbest, null_odds, metrics) of the split's questions from the model outputs of
+        its windows; writes the three json files of run_squad.py to `output_dir` when given."""
+        cfg = self.postprocess_config
+        examples = self.read_sidecar(data_dir, split)
+        results = results_by_unique_id(outputs)
+        missing = [f["unique_id"] for ex in examples for f in ex["features"] if f["unique_id"] not in results]
+        if missing:
+            raise ValueError(f"{len(missing)} windows of {self.name}-{split} have no model output (e.g. "
+                             f"unique_id {missing[0]}): the eval loop must not drop a partial last batch")
+        preds, nbest, odds = qa_postprocess.predict_answers(
+            examples, results, n_best_size=cfg.n_best_size, max_answer_length=cfg.max_answer_length,
+            with_negative=self.with_negative, null_score_diff_threshold=cfg.null_score_diff_threshold,
+            do_lower_case=self.hparams.do_lower_case)
+        metrics = qa_postprocess.evaluate_examples(examples, preds, odds, self.with_negative)
+        output_dir = output_dir if output_dir is not None else cfg.output_dir
+        if output_dir:
+            qa_postprocess.write_prediction_files(output_dir, preds, nbest, odds if self.with_negative else None)
+        return preds, nbest, odds, metrics
+
+    # ---------------------------------------------------------------- the fine-tuning task API
+    def eval_splits(self) -> list[str]:
+        return [DatasetSplit.EVAL] if self.hparams.predict_file else []
+
+    def compute_metrics(self, labels: Any, outputs: dict[str, Any]) -> dict[str, float]:
+        """Official EM/F1 of the split last read through `dataset` (its sidecar), from the gathered
+        model outputs (`predict_outputs` of every window, with `unique_ids`). `labels` are unused: the
+        gold answers are the sidecar's."""
+        if self._eval_source is None:
+            raise ValueError(f"{self.name}.compute_metrics needs the split read by dataset() first")
+        data_dir, split = self._eval_source
+        return self.predict(outputs, data_dir, split)[3]
 
 
 @register_problem(name="squad_v1")
