@@ -35,6 +35,7 @@ from models.layers.dense import Dense
 from framework.registry import register_model
 from models.base import StepOutput, Term, TrainableModel
 from models.checkpoints import load_tf1_checkpoint
+from models.task_heads import ClassifierModel, num_labels_from_manifest, task_type_from_manifest
 from models.layers.activations import get_activation
 from models.layers.embeddings import LAYER_NORM_EPS, TransformerEmbeddings, truncated_normal
 from models.layers.transformer import (TransformerEncoder, dense_variable_map,
@@ -355,20 +356,23 @@ class BertPretrainer(TrainableModel):
 
 
 @register_model(name="bert_classifier")
-class BertClassifier(TrainableModel):
+class BertClassifier(ClassifierModel):
     """Pooled output -> dropout -> dense `num_labels` (run_classifier.py's head and names).
 
-    Features: input_ids, input_mask, segment_ids `[B, L]`, label_ids `[B]` or `[B, 1]`, and
-    optionally is_real_example `[B]` (padding examples of fixed-size eval batches get weight 0).
+    Features: input_ids, input_mask, segment_ids `[B, L]`, label_ids `[B]` (multilabel: `[B, num_labels]`),
+    and optionally is_real_example `[B]` (padding examples of fixed-size eval batches get weight 0).
+    `task_type` "regression" (num_labels 1, squared error) and "multilabel" (sigmoid per label) use the
+    same head (models/task_heads.py); the original has classification only.
     """
 
-    def __init__(self, config: BertConfig | str | dict, num_labels: int = 2,
+    encoder_attribute = "bert"
+    # Pretraining-only names of an original release (MLM/NSP heads).
+    tf1_allow_unexpected = (r"^cls/",)
+
+    def __init__(self, config: BertConfig | str | dict, num_labels: int = 2, task_type: str = "classification",
                  name: str = "bert_classifier", **kwargs):
-        super().__init__(name=name, **kwargs)
-        if num_labels < 2:
-            raise ValueError(f"num_labels must be >= 2, got {num_labels}")
+        super().__init__(num_labels, task_type, name=name, **kwargs)
         self.config = resolve_config(config)
-        self.num_labels = num_labels
         self.bert = BertModel(self.config)
         self.dropout = tf.keras.layers.Dropout(self.config.hidden_dropout_prob)
         self.classifier = TransposedDense(num_labels, self.config.initializer_range, name="classifier")
@@ -379,22 +383,26 @@ class BertClassifier(TrainableModel):
         self.classifier.build((None, self.config.hidden_size))
         self.built = True
 
-    def call(self, features: dict[str, tf.Tensor], training: bool = False) -> tf.Tensor:
+    @property
+    def num_layers(self) -> int:
+        return self.config.num_hidden_layers
+
+    def logits(self, features: dict[str, tf.Tensor], training: bool = False) -> tf.Tensor:
         """-> float32 logits `[B, num_labels]`."""
         _, pooled_output = self.bert(features["input_ids"], features.get("input_mask"),
                                      features.get("segment_ids"), training=training)
         return self.classifier(self.dropout(pooled_output, training=training))
 
-    def step_output(self, features: dict[str, tf.Tensor], state: Any, training: bool) -> StepOutput:
-        logits = self(features, training=training)
-        loss, accuracy = classification_terms(logits, features["label_ids"], features.get("is_real_example"))
-        return StepOutput(losses={"classification": loss}, metrics={"accuracy": accuracy},
-                          state=state if state is not None else {})
+    def encoder_tf1_variable_map(self) -> dict[str, tf.Variable]:
+        return self.bert.tf1_variable_map("bert")
+
+    def head_tf1_variable_map(self) -> dict[str, tf.Variable]:
+        return self.classifier.tf1_variable_map("")
 
     def tf1_variable_map(self, include_head: bool = True) -> dict[str, tf.Variable]:
-        names = self.bert.tf1_variable_map("bert")
+        names = self.encoder_tf1_variable_map()
         if include_head:
-            names.update(self.classifier.tf1_variable_map(""))
+            names.update(self.head_tf1_variable_map())
         return names
 
     def load_tf1_checkpoint(self, path: str) -> list[str]:
@@ -403,8 +411,40 @@ class BertClassifier(TrainableModel):
 
     def init_from_pretrained(self, path: str) -> list[str]:
         """Load the encoder and pooler from an original pretraining checkpoint; heads stay fresh."""
-        return load_tf1_checkpoint(path, self.tf1_variable_map(include_head=False),
-                                   allow_unexpected=(r"^cls/",))
+        return self.load_init_checkpoint(path)
+
+    @classmethod
+    def from_settings(cls, *, num_labels: int, task_type: str = "classification", size: str | None = None,
+                      config_file: str | None = None, overrides: dict | None = None,
+                      manifest: dict | None = None, task_name: str = "") -> "BertClassifier":
+        """The fine-tuning entry (trainers/finetune.py): a size preset or a bert_config.json, overrides."""
+        config, source = config_from_settings(size, config_file, overrides, manifest)
+        check_data_fits(config, manifest, source)
+        return cls(config, num_labels=num_labels, task_type=task_type)
+
+    @classmethod
+    def build_from_flags(cls, flags: Any, manifest: dict | None) -> "BertClassifier":
+        """textrain-train-gpu --model=bert_classifier: labels from the data manifest."""
+        task_type = task_type_from_manifest(manifest)
+        return cls.from_settings(num_labels=num_labels_from_manifest(manifest, task_type), task_type=task_type,
+                                 size=getattr(flags, "model_size", None),
+                                 config_file=getattr(flags, "bert_config_file", None), manifest=manifest)
+
+
+def config_from_settings(size: str | None, config_file: str | None, overrides: dict | None,
+                         manifest: dict | None) -> tuple[BertConfig, str]:
+    """(config, where it came from): the json file if given, else the preset (default base) with the
+    data's vocab_size; `overrides` replace single fields (e.g. a tiny test model)."""
+    settings = (manifest or {}).get("settings") or {}
+    if config_file:
+        config, source = BertConfig.from_json_file(config_file), config_file
+    else:
+        size = size or "base"
+        vocab_size = int(settings.get("vocab_size") or settings.get("inputs_vocab_size") or 30522)
+        config, source = BertConfig.preset(size, vocab_size=vocab_size), f"size {size} (vocab_size {vocab_size})"
+    if overrides:
+        config = BertConfig.from_dict({**config.to_dict(), **overrides}, source=f"{source} + overrides")
+    return config, source
 
 
 def check_data_fits(config: BertConfig, manifest: dict | None, source: str = "model config") -> None:

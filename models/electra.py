@@ -53,6 +53,7 @@ from framework.registry import register_model
 from models.base import StepOutput, Term, TrainableModel
 from models.bert import BertConfig, MaskedLMHead, check_data_fits, encoder_from_config
 from models.checkpoints import load_tf1_checkpoint
+from models.task_heads import ClassifierModel, num_labels_from_manifest, task_type_from_manifest
 from models.layers.activations import get_activation
 from models.layers.embeddings import TransformerEmbeddings, truncated_normal
 from models.layers.transformer import dense_variable_map, layer_norm_variable_map
@@ -417,6 +418,78 @@ def evaluate(model: ElectraPretrainer, dataset: tf.data.Dataset, num_batches: in
     result = {k: (total / count if count else float("nan")) for k, (total, count) in sums.items()}
     result["disc_auc"] = float(auc.result())
     return result
+
+
+# =============================================================================================== #
+# Fine-tuning
+# =============================================================================================== #
+@register_model(name="electra_classifier")
+class ElectraClassifier(ClassifierModel):
+    """The discriminator with ELECTRA's sequence-level head (finetune/classification/classification_tasks.py).
+
+    As the original: the representation is the discriminator's final hidden state of the first token
+    ([CLS]) with NO pooler dense (ELECTRA's `get_pooled_output` is `sequence_output[:, 0]`), then dropout
+    0.1 (hard-coded `keep_prob=0.9` there) in training, then one dense to `num_labels` with tf.layers'
+    default Glorot-uniform kernel, under `task_specific/{task_name}/dense` (run_finetuning.py's scope).
+    Regression is the same dense with one unit (squared error), as its RegressionTask.
+    """
+
+    encoder_attribute = "discriminator"
+    # Pretraining-only parts of an original ELECTRA checkpoint.
+    tf1_allow_unexpected = (r"^generator/", r"^generator_predictions/", r"^discriminator_predictions/")
+    HEAD_DROPOUT = 0.1
+
+    def __init__(self, config: ElectraConfig, num_labels: int = 2, task_type: str = "classification",
+                 task_name: str = "task", name: str = "electra_classifier", **kwargs):
+        super().__init__(num_labels, task_type, name=name, **kwargs)
+        self.config = config
+        self.task_name = task_name or "task"
+        self.discriminator = encoder_from_config(config.discriminator_config(), name="discriminator")
+        self.head_dropout = tf.keras.layers.Dropout(self.HEAD_DROPOUT)
+        self.dense = Dense(num_labels, name="dense")
+        ids = tf.zeros([1, 2], tf.int32)
+        self.dense(self.discriminator(ids, tf.ones([1, 2], tf.int32), ids)[:, 0])  # create every variable now
+
+    @property
+    def num_layers(self) -> int:
+        return self.config.num_hidden_layers
+
+    def logits(self, features: dict[str, tf.Tensor], training: bool = False) -> tf.Tensor:
+        hidden = self.discriminator(features["input_ids"], features.get("input_mask"), features.get("segment_ids"),
+                                    training=training)
+        return tf.cast(self.dense(self.head_dropout(hidden[:, 0], training=training)), tf.float32)
+
+    def encoder_tf1_variable_map(self) -> dict[str, tf.Variable]:
+        return self.discriminator.tf1_variable_map("electra")
+
+    def head_tf1_variable_map(self) -> dict[str, tf.Variable]:
+        return dense_variable_map(f"task_specific/{self.task_name}/dense", self.dense)
+
+    @classmethod
+    def from_settings(cls, *, num_labels: int, task_type: str = "classification", size: str | None = None,
+                      config_file: str | None = None, overrides: dict | None = None,
+                      manifest: dict | None = None, task_name: str = "") -> "ElectraClassifier":
+        """The fine-tuning entry (trainers/finetune.py): a size preset (default small) or a config json."""
+        settings = (manifest or {}).get("settings") or {}
+        if config_file:
+            config, source = ElectraConfig.from_json_file(config_file), config_file
+        else:
+            size = size or "small"
+            vocab_size = int(settings.get("vocab_size") or settings.get("inputs_vocab_size") or 30522)
+            config, source = ElectraConfig.preset(size, vocab_size=vocab_size), f"size {size} (vocab_size {vocab_size})"
+        if overrides:
+            config = dataclasses.replace(config, **overrides)
+        check_data_fits(config.discriminator_config(), manifest, source)
+        return cls(config, num_labels=num_labels, task_type=task_type, task_name=task_name)
+
+    @classmethod
+    def build_from_flags(cls, flags: Any, manifest: dict | None) -> "ElectraClassifier":
+        """textrain-train-gpu --model=electra_classifier: labels from the data manifest."""
+        task_type = task_type_from_manifest(manifest)
+        return cls.from_settings(num_labels=num_labels_from_manifest(manifest, task_type), task_type=task_type,
+                                 size=_flag(flags, "model_size"),
+                                 config_file=_flag(flags, "electra_config_file") or _flag(flags, "bert_config_file"),
+                                 manifest=manifest, task_name=str(manifest.get("problem", "")) if manifest else "")
 
 
 # =============================================================================================== #

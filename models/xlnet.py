@@ -41,6 +41,7 @@ from absl import logging
 from framework.registry import register_model
 from models.base import StepOutput, Term, TrainableModel
 from models.checkpoints import backing_variable
+from models.task_heads import ClassifierModel, num_labels_from_manifest, task_type_from_manifest
 from models.layers.relative_attention import (PositionwiseFFN, RelativeAttention, dropout, fold_seed,
                                               relative_positional_encoding)
 
@@ -234,6 +235,10 @@ class XLNetEncoder(tf.keras.layers.Layer):
         self.ffn_layers = [PositionwiseFFN(c.d_model, c.d_inner, c.ff_activation, c.dropout,
                                            initializer=init, name=f"layer_{i}_ff")
                            for i in range(c.n_layer)]
+        # tf.train.Checkpoint does not see layers inside a Keras list attribute: name each one
+        # (see models/layers/transformer.py).
+        for layer in self.attn_layers + self.ffn_layers:
+            setattr(self, layer.name, layer)
         self.seed_generator = tf.keras.random.SeedGenerator(seed=None, name="dropout_seed")
         self.built = True
 
@@ -428,6 +433,98 @@ class XLNetPretrainer(TrainableModel):
         out = self.transformer.tf1_variable_map("model/transformer")
         out["model/lm_loss/bias"] = backing_variable(self.lm_bias)
         return out
+
+
+# ----------------------------------------------------------------------------------------------
+# Fine-tuning
+
+
+@register_model(name="xlnet_classifier")
+class XLNetClassifier(ClassifierModel):
+    """XLNet run_classifier.py: the content stream with the padding mask, `summary_type="last"`
+    (the last position: the <cls> token, since the records are LEFT-padded), the projection
+    `model/sequnece_summary/summary` (tanh dense, d_model; the original's spelling), dropout, then
+    `model/classification_{task}/logit` (or `model/regression_{task}/logit`, one unit).
+
+    Features (the original layout): input_ids `[B, L]`, input_mask float `[B, L]` with 1 = PADDING,
+    segment_ids `[B, L]` (A 0, B 1, <cls> 2, padding 4: only "same or different" matters),
+    label_ids, is_real_example. Layer-wise LR decay follows XLNet's `lr_layer_decay_rate`: only the
+    Transformer layers are scaled, layer l by decay ** (n_layer - 1 - l).
+    """
+
+    encoder_attribute = "transformer"
+    tf1_allow_unexpected = (r"^model/lm_loss/",)
+    lr_decay_style = "xlnet"
+
+    def __init__(self, config: XLNetConfig, num_labels: int = 2, task_type: str = "classification",
+                 task_name: str = "task", name: str = "model", **kwargs):
+        super().__init__(num_labels, task_type, name=name, **kwargs)
+        if config.mem_len or config.attn_type != "bi":
+            raise ValueError("the XLNet classifier runs without memory (mem_len 0) and with bi attention")
+        self.config = config
+        self.task_name = (task_name or "task").lower()
+        self.transformer = XLNetEncoder(config, name="transformer")
+        self.summary = tf.keras.layers.Dense(config.d_model, activation="tanh",
+                                             kernel_initializer=config.initializer(), name="summary")
+        self.summary_dropout = tf.keras.layers.Dropout(config.dropout)
+        self.logit = tf.keras.layers.Dense(num_labels, kernel_initializer=config.initializer(), name="logit")
+        self.summary.build((None, config.d_model))
+        self.logit.build((None, config.d_model))
+        self.built = True
+
+    @property
+    def num_layers(self) -> int:
+        return self.config.n_layer
+
+    def logits(self, features: dict[str, tf.Tensor], training: bool = False) -> tf.Tensor:
+        enc = self.transformer(features["input_ids"], seg_ids=features.get("segment_ids"),
+                               input_mask=features.get("input_mask"), training=training)
+        summary = self.summary(enc["output"][:, -1])
+        return tf.cast(self.logit(self.summary_dropout(summary, training=training)), tf.float32)
+
+    def serving_features(self, input_ids, input_mask, segment_ids):
+        """The serving signature takes the same three id tensors; input_mask is float, 1 = padding."""
+        return {"input_ids": input_ids, "input_mask": tf.cast(input_mask, tf.float32), "segment_ids": segment_ids}
+
+    def encoder_tf1_variable_map(self) -> dict[str, tf.Variable]:
+        return self.transformer.tf1_variable_map("model/transformer")
+
+    def head_tf1_variable_map(self) -> dict[str, tf.Variable]:
+        kind = "regression" if self.task_type == "regression" else "classification"
+        names = {"model/sequnece_summary/summary/kernel": self.summary.kernel,
+                 "model/sequnece_summary/summary/bias": self.summary.bias,
+                 f"model/{kind}_{self.task_name}/logit/kernel": self.logit.kernel,
+                 f"model/{kind}_{self.task_name}/logit/bias": self.logit.bias}
+        return {n: backing_variable(v) for n, v in names.items()}
+
+    @classmethod
+    def from_settings(cls, *, num_labels: int, task_type: str = "classification", size: str | None = None,
+                      config_file: str | None = None, overrides: dict | None = None,
+                      manifest: dict | None = None, task_name: str = "") -> "XLNetClassifier":
+        """The fine-tuning entry: a preset (base, large, tiny) or an xlnet_config.json, plus overrides
+        (model keys and run settings such as dropout)."""
+        overrides = dict(overrides or {})
+        run = {k: overrides.pop(k) for k in list(overrides) if k not in MODEL_KEYS}
+        if config_file:
+            config = XLNetConfig.from_json(config_file, **run)
+            if overrides:
+                config = dataclasses.replace(config, **overrides)
+        else:
+            settings = (manifest or {}).get("settings") or {}
+            values = dict(PRESETS[size or "base"])
+            vocab = settings.get("vocab_size") or settings.get("n_token")
+            if vocab:
+                values["n_token"] = int(vocab)
+            config = XLNetConfig(**{**values, **overrides, **run})
+        return cls(config, num_labels=num_labels, task_type=task_type, task_name=task_name)
+
+    @classmethod
+    def build_from_flags(cls, flags, manifest: dict | None) -> "XLNetClassifier":
+        """textrain-train-gpu --model=xlnet_classifier: model keys from the flags, labels from the manifest."""
+        config = dataclasses.replace(config_from_flags(flags, manifest), mem_len=0, reuse_len=0, bi_data=False)
+        task_type = task_type_from_manifest(manifest)
+        return cls(config, num_labels=num_labels_from_manifest(manifest, task_type), task_type=task_type,
+                   task_name=str((manifest or {}).get("problem", "")))
 
 
 # ----------------------------------------------------------------------------------------------

@@ -175,6 +175,7 @@ class TrainConfig:
     init_checkpoint: str | None = None
     init_allow_unexpected: Sequence[str] = DEFAULT_INIT_ALLOW_UNEXPECTED
     handle_sigterm: bool = True
+    eval_every_steps: int = 0           # host loops also end at multiples of this (evaluation callbacks)
 
     def validate(self) -> None:
         checks = [
@@ -326,6 +327,10 @@ class Trainer:
     def _load_init_checkpoint(self, path: str) -> None:
         if tf.io.gfile.isdir(path):
             path = tf.train.latest_checkpoint(path) or path
+        if hasattr(self.model, "load_init_checkpoint"):  # fine-tuning models: encoder only, head fresh
+            loaded = self.model.load_init_checkpoint(path)
+            log.info("initialised %d encoder variables from %s", len(loaded), path)
+            return
         names = [n for n, _ in tf.train.list_variables(path)]
         if "_CHECKPOINTABLE_OBJECT_GRAPH" in names:
             tf.train.Checkpoint(model=self.model).read(path).expect_partial()
@@ -530,7 +535,7 @@ class Trainer:
         """Steps of the next host loop: up to iterations_per_loop, never past a save, log or the end."""
         cfg = self.config
         n = min(cfg.iterations_per_loop, cfg.num_train_steps - step)
-        for every in (cfg.save_checkpoints_steps, cfg.log_steps):
+        for every in (cfg.save_checkpoints_steps, cfg.log_steps, cfg.eval_every_steps):
             if every > 0:
                 n = min(n, every - step % every)
         return max(n, 1)

@@ -120,6 +120,40 @@ def electra_depth_fn(n_layers: int) -> Callable[[object], int]:
     return depth
 
 
+def model_depth_fn(model) -> tuple[Callable[[object], int], int]:
+    """(depth_fn, top_depth) of a model for layer-wise LR decay, from its ORIGINAL variable names
+    (`model.tf1_variable_map()`), so the rule reads as the originals wrote it whatever our Keras paths are.
+
+    `model.lr_decay_style`:
+    - "electra" (default; ELECTRA's `_get_layer_lrs`): names with `/embeddings/` or `/embeddings_project/`
+      depth 0, `layer_N/` depth N+1, everything else (pooler, task heads) n_layers+2 = top.
+    - "xlnet" (XLNet's `lr_layer_decay_rate`): only `model/transformer/layer_N/` is scaled, by
+      decay ** (n_layer - 1 - N): depth N+1, top n_layer, everything else at the top (multiplier 1).
+    Variables outside the map (a fresh head) are at the top.
+    """
+    names = model.tf1_variable_map()
+    layer = re.compile(r"layer_(\d+)/")
+    layers = {int(m.group(1)) for n in names for m in [layer.search(n)] if m}
+    n_layers = int(getattr(model, "num_layers", 0) or (max(layers) + 1 if layers else 0))
+    style = getattr(model, "lr_decay_style", "electra")
+    top = n_layers if style == "xlnet" else n_layers + 2
+    depths: dict[int, int] = {}
+    for name, var in names.items():
+        found = layer.search(name)
+        if found:
+            depth = int(found.group(1)) + 1
+        elif style != "xlnet" and re.search(r"/embeddings(_project)?/", name + "/"):
+            depth = 0
+        else:
+            depth = top
+        depths[id(backing_variable(var))] = depth
+
+    def depth(var) -> int:
+        return depths.get(id(backing_variable(var)), top)
+
+    return depth, top
+
+
 def _matches_any(name: str, patterns: Iterable[str]) -> bool:
     return any(re.search(p, name) for p in patterns)
 

@@ -109,13 +109,16 @@ def train_config_from_flags():
         input_mode=FLAGS.input_mode, init_checkpoint=FLAGS.init_checkpoint)
 
 
-def optimizer_from_flags():
-    from trainers.optimization import create_optimizer
+def optimizer_from_flags(model=None):
+    """The optimizer of the flags; `--layerwise_lr_decay` != 1 takes its layer depths from `model`."""
+    from trainers.optimization import create_optimizer, model_depth_fn
 
+    depth_fn, top_depth = model_depth_fn(model) if FLAGS.layerwise_lr_decay != 1.0 else (None, None)
     return create_optimizer(
         FLAGS.learning_rate, FLAGS.num_train_steps, FLAGS.num_warmup_steps, optimizer=FLAGS.optimizer,
         weight_decay=FLAGS.weight_decay, decay=FLAGS.lr_decay, power=FLAGS.poly_power,
-        end_lr=FLAGS.learning_rate * FLAGS.min_lr_ratio, epsilon=FLAGS.adam_epsilon)
+        end_lr=FLAGS.learning_rate * FLAGS.min_lr_ratio, epsilon=FLAGS.adam_epsilon,
+        layerwise_lr_decay=FLAGS.layerwise_lr_decay, depth_fn=depth_fn, top_depth=top_depth)
 
 
 def main(argv: list[str]) -> None:
@@ -152,7 +155,13 @@ def main(argv: list[str]) -> None:
     def dataset_fn(ctx: tf.distribute.InputContext) -> tf.data.Dataset:
         return problem.dataset(ModeKeys.TRAIN, FLAGS.data_dir, params, input_context=ctx)
 
-    trainer = core.Trainer(strategy, lambda: build(FLAGS, manifest), optimizer_from_flags, dataset_fn,
+    built = {}
+
+    def model_fn():
+        built["model"] = build(FLAGS, manifest)
+        return built["model"]
+
+    trainer = core.Trainer(strategy, model_fn, lambda: optimizer_from_flags(built["model"]), dataset_fn,
                            train_config_from_flags())
     result = trainer.train()
     figures = {"step": result.step, "loss": result.loss, **result.terms, **result.metrics,

@@ -115,6 +115,11 @@ class TransformerEncoder(tf.keras.layers.Layer):
             TransformerBlock(hidden_size, num_heads, intermediate_size, hidden_act, hidden_dropout,
                              attention_dropout, initializer_range, layer_norm_eps, name=f"layer_{i}", dtype=policy)
             for i in range(num_layers)]
+        # Keras 3 keeps a list attribute in its own TrackedList, which tf.train.Checkpoint does not see:
+        # without named attributes the blocks' weights were missing from the model's object graph (a
+        # checkpoint held them only through the optimizer's variable list). One attribute per block.
+        for block in self.blocks:
+            setattr(self, block.name, block)
 
     @property
     def embedding_table(self) -> tf.Variable:

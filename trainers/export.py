@@ -1,0 +1,127 @@
+"""Export a fine-tuned classifier as a SavedModel with serving signatures.
+
+    textrain-finetune ... --gin_param='finetune.export=True'      # -> {model_dir}/export/
+
+Signatures:
+- `serving_default`: token ids in — input_ids, input_mask, segment_ids int32 `[batch, seq]` (the
+  records' layout of the model family; XLNet's input_mask is 1 = padding) — out: logits and
+  probabilities (regression: predictions), and `label` (the predicted label string) for
+  classification.
+- `serve_text`: raw strings in — text_a `[batch]` — and `serve_text_pair`: text_a, text_b — tokenised
+  IN the graph by framework/graph_wordpiece.GraphWordpieceTokenizer (same ids as the WordPiece
+  encoder the records were made with), then the same outputs. BERT and ELECTRA only: XLNet's
+  SentencePiece has no core-TensorFlow op (it needs tensorflow-text's, which would install the full
+  `tensorflow` wheel over `tensorflow-cpu`), so an XLNet export has the ids signature only.
+
+Decisions:
+- The exported weights are the best checkpoint's when evaluation kept one (what one deploys), else the
+  model as trained; the checkpoint is restored into the model with every object matched.
+- The SavedModel is written to `{export_dir}.tmp` and renamed, so a failed export leaves nothing.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+import tensorflow as tf
+
+from models.checkpoints import backing_variable
+
+log = logging.getLogger("textrain.export")
+
+TEXT_FAMILIES = ("bert_classifier", "electra_classifier")
+
+
+class ServingModule(tf.Module):
+    """The classifier plus its serving functions (and the tokenizer, when raw strings are served)."""
+
+    def __init__(self, model, max_seq_length: int, labels: list[str] | None = None, tokenizer: Any = None):
+        super().__init__(name="serving")
+        # The Keras model is NOT an attribute: saving would make Keras trace its call() with guessed
+        # inputs. The module tracks its variables (the SavedModel's weights); the functions close over it.
+        self.model_variables = [backing_variable(v) for v in model.variables]
+        self._get_model = lambda: model
+        self.tokenizer = tokenizer
+        self.max_seq_length = max_seq_length
+        self.labels = tf.constant(list(labels or []), tf.string)
+        ids = tf.TensorSpec([None, None], tf.int32)
+        self.serve_ids = tf.function(self._serve_ids, input_signature=[ids, ids, ids])
+        text = tf.TensorSpec([None], tf.string)
+        if tokenizer is not None:
+            self.serve_text = tf.function(lambda text_a: self._serve_tokens(tokenizer(text_a)),
+                                          input_signature=[text])
+            self.serve_text_pair = tf.function(
+                lambda text_a, text_b: self._serve_tokens(tokenizer(text_a, text_b)), input_signature=[text, text])
+
+    def _serve_tokens(self, tokens: dict) -> dict:
+        return self._serve_ids(tf.cast(tokens["input_ids"], tf.int32), tf.cast(tokens["input_mask"], tf.int32),
+                               tf.cast(tokens["segment_ids"], tf.int32))
+
+    def _serve_ids(self, input_ids, input_mask, segment_ids) -> dict:
+        model = self._get_model()
+        outputs = dict(model.predict_outputs(model.serving_features(input_ids, input_mask, segment_ids)))
+        if "probabilities" in outputs and model.task_type == "classification" and self.labels.shape[0]:
+            outputs["label"] = tf.gather(self.labels, tf.argmax(outputs["probabilities"], -1, output_type=tf.int32))
+        return outputs
+
+    def signatures(self) -> dict:
+        sigs = {"serving_default": self.serve_ids}
+        if self.tokenizer is not None:
+            sigs["serve_text"] = self.serve_text
+            sigs["serve_text_pair"] = self.serve_text_pair
+        return sigs
+
+
+def make_tokenizer(problem, data_dir: str, family: str, max_seq_length: int):
+    """The in-graph WordPiece tokenizer of the problem's vocabulary, or None (XLNet / no vocab)."""
+    if family not in TEXT_FAMILIES:
+        log.info("%s: raw-string signatures are not exported (SentencePiece has no core TF op)", family)
+        return None
+    vocab = _vocab_file(problem, data_dir)
+    if not vocab:
+        log.warning("no WordPiece vocab file found for %s: raw-string signatures not exported", problem.name)
+        return None
+    from framework.graph_wordpiece import GraphWordpieceTokenizer
+
+    lower = bool(getattr(problem.hparams, "do_lower_case", True))
+    return GraphWordpieceTokenizer(vocab, do_lower_case=lower, max_seq_length=max_seq_length)
+
+
+def _vocab_file(problem, data_dir: str) -> str | None:
+    for attr in ("vocab_path", "vocab_file"):
+        value = getattr(problem, attr, None)
+        if callable(value):
+            try:
+                value = value(data_dir)
+            except Exception:  # noqa: BLE001 - a problem without a vocab of its own
+                value = None
+        if isinstance(value, str) and value:
+            return value
+    value = getattr(problem.hparams, "vocab_file", None)
+    return value or None
+
+
+def export_classifier(model, export_dir: str, *, problem=None, data_dir: str = "", family: str = "",
+                      checkpoint: str | None = None, max_seq_length: int = 128,
+                      labels: list[str] | None = None, tokenizer: Any = None) -> str:
+    """Write the SavedModel (see the module docstring) to `export_dir`; returns it."""
+    if checkpoint:
+        tf.train.Checkpoint(model=model).read(checkpoint).assert_existing_objects_matched()
+        log.info("exporting the weights of %s", checkpoint)
+    if problem is not None:
+        if labels is None and hasattr(problem, "label_list") and model.task_type == "classification":
+            labels = list(problem.label_list(data_dir))
+        if tokenizer is None:
+            tokenizer = make_tokenizer(problem, data_dir, family, max_seq_length)
+    module = ServingModule(model, max_seq_length, labels, tokenizer)
+    tmp = export_dir.rstrip("/") + ".tmp"
+    for path in (tmp,):
+        if tf.io.gfile.exists(path):
+            tf.io.gfile.rmtree(path)
+    tf.saved_model.save(module, tmp, signatures=module.signatures())
+    if tf.io.gfile.exists(export_dir):
+        tf.io.gfile.rmtree(export_dir)
+    tf.io.gfile.rename(tmp, export_dir)
+    log.info("exported %s (signatures: %s)", export_dir, ", ".join(module.signatures()))
+    return export_dir
