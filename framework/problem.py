@@ -157,6 +157,11 @@ class Problem:
     def after_split(self, data_dir: str, split: str, manifest: dict) -> None:
         """Hook for extra files written once a split is complete."""
 
+    def shuffle_split(self, split: str) -> bool:
+        """Whether the records of `split` are shuffled within each shard when written (default:
+        `shuffle_examples`). Task problems keep dev/test in input order for evaluation/prediction."""
+        return self.shuffle_examples
+
     def generate_data(self, data_dir: str, tmp_dir: str, num_workers: int = 1, task_id: int | None = None,
                       num_tasks: int = 1, seed: int = 0, overwrite: bool = False,
                       num_shards: dict[str, int] | None = None) -> dict[str, dict]:
@@ -238,7 +243,7 @@ class _ShardJob:
 
 def _run_shard(problem: Problem, data_dir: str, tmp_dir: str, seed: int, job: _ShardJob) -> dict:
     samples = problem.generate_shard(data_dir, tmp_dir, job.split, job.shard_id, job.num_shards, seed)
-    rng = shard_rng(seed, job.split + "/shuffle", job.shard_id) if problem.shuffle_examples else None
+    rng = shard_rng(seed, job.split + "/shuffle", job.shard_id) if problem.shuffle_split(job.split) else None
     start = time.time()
     stats = records.write_shard(job.path, samples, shuffle_rng=rng, settings_hash=job.settings_hash)
     stats["seconds"] = time.time() - start

@@ -1,2 +1,3 @@
 """Built-in problems; importing this package registers them all."""
-from problems import bert_pretrain, electra_pretrain, race, squad, translate, xlnet_pretrain  # noqa: F401
+from problems import (bert_pretrain, classification, electra_pretrain, race, squad, translate,  # noqa: F401
+                      xlnet_pretrain)

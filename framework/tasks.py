@@ -1,0 +1,61 @@
+"""The fine-tuning task API: what a trainer asks of a task problem (GLUE, tsv_classification, SQuAD ...).
+
+A task problem is a `framework.problem.Problem` that also inherits `FinetuneTask`. The fine-tuning
+trainer (trainers/finetune.py) uses only what is here, so any problem implementing it can be trained,
+evaluated and predicted with the same loop. See docs/CONTRACTS.md, "Fine-tuning tasks".
+
+Decisions:
+- Evaluation and prediction read every example exactly once, in the order of its input file:
+  `eval_dataset` asks `Problem.dataset` for no shuffle, no repeat and a last, smaller batch
+  (`drop_remainder=False`). That order holds because the problems write their dev/test splits as one
+  unshuffled shard (`Problem.shuffle_split`); every record also carries `example_index` (its row's
+  position in its input file), so output can be written in input order whatever the reader does.
+- `has_labels(split)` comes from the split's manifest: GLUE test files have no labels (the records hold
+  label 0 there, as the originals write), and metrics on such a split would be meaningless.
+- Every metric a task reports is "higher is better" (accuracy, F1, MCC, correlations), so the best
+  checkpoint is the one with the largest `main_metric`.
+"""
+from __future__ import annotations
+
+from typing import ClassVar
+
+import numpy as np
+import tensorflow as tf
+
+from framework.problem import DataParams, ModeKeys
+
+
+class FinetuneTask:
+    """Mixin for task problems; subclasses also inherit `framework.problem.Problem`."""
+
+    task_type: ClassVar[str] = "classification"  # classification | regression | multilabel | ...
+    main_metric: ClassVar[str] = "accuracy"       # the metric the best checkpoint is kept by
+
+    def eval_splits(self) -> list[str]:
+        """The splits evaluated during and after training (each gets its own metrics)."""
+        return ["dev"]
+
+    def predict_splits(self) -> list[str]:
+        """The splits `--do_predict` writes predictions for."""
+        return ["test"]
+
+    def has_labels(self, data_dir: str, split: str) -> bool:
+        """Whether the split's records hold real labels (from its manifest)."""
+        return bool(self.read_manifest(data_dir, split).get("has_labels", True))  # type: ignore[attr-defined]
+
+    def num_examples(self, data_dir: str, split: str) -> int:
+        return int(self.read_manifest(data_dir, split)["num_examples"])  # type: ignore[attr-defined]
+
+    def compute_metrics(self, labels: np.ndarray, outputs: np.ndarray) -> dict[str, float]:
+        """Metrics of the model `outputs` (logits [N, num_labels], or [N] for regression) against
+        `labels`, real examples only, in any order."""
+        raise NotImplementedError
+
+    def eval_dataset(self, data_dir: str, split: str, batch_size: int,
+                     input_context: tf.distribute.InputContext | None = None,
+                     mode: str = ModeKeys.EVAL) -> tf.data.Dataset:
+        """Every example of `split` once, in file order, the last batch smaller when the count is
+        not a multiple of `batch_size` (per replica when `input_context` is given)."""
+        params = DataParams(batch_size=batch_size, shuffle=False, repeat=False, drop_remainder=False)
+        return self.dataset(mode, data_dir, params, input_context=input_context,  # type: ignore[attr-defined]
+                            split=split)
