@@ -40,10 +40,15 @@ from typing import Any
 import tensorflow as tf
 
 from framework.registry import register_model
+from framework.text_encoders import XLNET_SPECIAL_IDS
+from models import bert as bert_lib
+from models import electra as electra_lib
+from models import xlnet as xlnet_lib
 from models.base import StepOutput, Term, TrainableModel
 from models.bert import BertConfig, BertModel, TransposedDense, encoder_from_config, resolve_config
-from models.checkpoints import backing_variable, load_tf1_checkpoint
+from models.checkpoints import backing_variable
 from models.electra import ElectraConfig
+from models.task_heads import ClassifierModel
 from models.layers.activations import get_activation
 from models.layers.dense import Dense
 from models.layers.transformer import dense_variable_map, layer_norm_variable_map
@@ -108,13 +113,56 @@ def bert_like_inputs(features: dict[str, tf.Tensor]) -> tuple[tf.Tensor, tf.Tens
     return features["input_ids"], features.get("input_mask"), features.get("segment_ids")
 
 
+class QAModel(TrainableModel):
+    """What the fine-tuning trainer asks of a model (trainers/finetune.py), shared with the classifiers:
+    `from_settings`, `load_init_checkpoint` (encoder from an original TF1 release or a textrain
+    pretraining run, head fresh: models/task_heads.py's one implementation, reading `encoder_attribute`,
+    `encoder_tf1_variable_map` and `tf1_allow_unexpected`), `serving_features`, `num_layers` and
+    `lr_decay_style` (layer-wise LR decay)."""
+
+    task_type = "span_extraction"
+    encoder_attribute = ""
+    tf1_allow_unexpected: tuple[str, ...] = ()
+    lr_decay_style = "electra"
+    load_init_checkpoint = ClassifierModel.load_init_checkpoint
+    serving_features = ClassifierModel.serving_features
+
+    def tf1_variable_map(self, include_head: bool = True) -> dict[str, tf.Variable]:
+        raise NotImplementedError
+
+    def encoder_tf1_variable_map(self) -> dict[str, tf.Variable]:
+        return self.tf1_variable_map(include_head=False)
+
+    def init_from_pretrained(self, path: str) -> list[str]:
+        """The encoder from a pretraining checkpoint (original or textrain); the head stays fresh."""
+        return self.load_init_checkpoint(path)
+
+    @property
+    def num_layers(self) -> int:
+        c = self.config
+        return int(getattr(c, "num_hidden_layers", getattr(c, "n_layer", 0)))
+
+
+def _bert_config(size, config_file, overrides, manifest) -> BertConfig:
+    config, source = bert_lib.config_from_settings(size, config_file, overrides, manifest)
+    bert_lib.check_data_fits(config, manifest, source)
+    return config
+
+
+def _with_negative(manifest: dict | None) -> bool:
+    return bool(((manifest or {}).get("settings") or {}).get("with_negative", False))
+
+
 # =============================================================================================== #
 # BERT
 # =============================================================================================== #
 @register_model(name="bert_squad")
-class BertSquad(TrainableModel):
+class BertSquad(QAModel):
     """BERT + run_squad.py's span head. Features: input_ids, input_mask, segment_ids, start_positions,
     end_positions (+ unique_ids, passed through predict_outputs)."""
+
+    encoder_attribute = "bert"
+    tf1_allow_unexpected = (r"^cls/",)
 
     def __init__(self, config: BertConfig | str | dict, name: str = "bert_squad", **kwargs):
         super().__init__(name=name, **kwargs)
@@ -144,17 +192,20 @@ class BertSquad(TrainableModel):
             names.update(self.qa.tf1_variable_map("cls/squad"))
         return names
 
-    def init_from_pretrained(self, path: str) -> list[str]:
-        """Encoder (and pooler) from an original BERT checkpoint; the span head stays fresh."""
-        return load_tf1_checkpoint(path, self.tf1_variable_map(include_head=False), allow_unexpected=(r"^cls/",))
+    @classmethod
+    def from_settings(cls, *, size=None, config_file=None, overrides=None, manifest=None, **_) -> "BertSquad":
+        return cls(_bert_config(size, config_file, overrides, manifest))
 
 
 # =============================================================================================== #
 # ELECTRA
 # =============================================================================================== #
 @register_model(name="electra_squad")
-class ElectraSquad(TrainableModel):
+class ElectraSquad(QAModel):
     """ELECTRA's discriminator + its QA head (joint start/end prediction, answerable classifier for v2)."""
+
+    encoder_attribute = "discriminator"  # as in the pretrainer: textrain checkpoints load by this path
+    tf1_allow_unexpected = (r"^generator/", r"^generator_predictions/", r"^discriminator_predictions/")
 
     def __init__(self, config: ElectraConfig, with_negative: bool = False, beam_size: int = 20,
                  answerable_weight: float = 0.5, name: str = "electra_squad", **kwargs):
@@ -165,7 +216,7 @@ class ElectraSquad(TrainableModel):
         self.answerable_weight = answerable_weight
         self.scope = "task_specific/squad" if with_negative else "task_specific/squadv1"
         disc = config.discriminator_config()
-        self.encoder = encoder_from_config(disc, name="electra")
+        self.discriminator = encoder_from_config(disc, name="discriminator")
         gelu = get_activation("gelu_exact")
         self.start_dense = Dense(1, name="dense")
         self.qa_hidden = Dense(512, activation=gelu, name="qa_hidden")
@@ -174,7 +225,7 @@ class ElectraSquad(TrainableModel):
         self.answerable_dense = Dense(1, name="dense_3")
         h = disc.hidden_size
         ids = tf.zeros([1, 2], tf.int32)
-        self.encoder(ids, tf.ones([1, 2], tf.int32), ids)
+        self.discriminator(ids, tf.ones([1, 2], tf.int32), ids)
         self.start_dense.build((None, h))
         self.qa_hidden.build((None, 2 * h))
         self.end_dense.build((None, 512))
@@ -191,7 +242,7 @@ class ElectraSquad(TrainableModel):
         return tf.squeeze(self.end_dense(self.qa_hidden(tf.concat([start_states, states], -1))), -1)
 
     def _forward(self, features, training: bool, beams: bool) -> dict[str, tf.Tensor]:
-        h = _f32(self.encoder(*bert_like_inputs(features), training=training))
+        h = _f32(self.discriminator(*bert_like_inputs(features), training=training))
         length = tf.shape(h)[1]
         penalty = 1000.0 * (self._answer_mask(features, length) - 1.0)
         start_logits = tf.squeeze(self.start_dense(h), -1) + penalty
@@ -234,7 +285,7 @@ class ElectraSquad(TrainableModel):
         return {**_unique_ids(features), **{k: v for k, v in out.items() if k in keep}}
 
     def tf1_variable_map(self, include_head: bool = True) -> dict[str, tf.Variable]:
-        names = self.encoder.tf1_variable_map("electra")
+        names = self.discriminator.tf1_variable_map("electra")
         if include_head:
             layers = [self.start_dense, self.qa_hidden, self.end_dense]
             if self.with_negative:
@@ -243,19 +294,24 @@ class ElectraSquad(TrainableModel):
                 names.update(dense_variable_map(f"{self.scope}/{layer.name}", layer))
         return names
 
-    def init_from_pretrained(self, path: str) -> list[str]:
-        """The discriminator from an original ELECTRA checkpoint (generator and heads ignored)."""
-        return load_tf1_checkpoint(path, self.tf1_variable_map(include_head=False),
-                                   allow_unexpected=(r"^generator", r"^discriminator_predictions/"))
+    @classmethod
+    def from_settings(cls, *, size=None, config_file=None, overrides=None, manifest=None, **_) -> "ElectraSquad":
+        """v2 (answerable classifier) when the data was made with negatives (squad_v2)."""
+        config = electra_lib.config_from_settings(size, config_file, overrides, manifest)
+        return cls(config, with_negative=_with_negative(manifest))
 
 
 # =============================================================================================== #
 # XLNet
 # =============================================================================================== #
 @register_model(name="xlnet_squad")
-class XLNetSquad(TrainableModel):
+class XLNetSquad(QAModel):
     """XLNet + its SQuAD head. Features: input_ids, input_mask (1 = padding), segment_ids, p_mask,
     cls_index, start_positions, end_positions, is_impossible (+ unique_ids)."""
+
+    encoder_attribute = "transformer"
+    tf1_allow_unexpected = (r"^model/lm_loss/",)
+    lr_decay_style = "xlnet"
 
     def __init__(self, config: XLNetConfig, start_n_top: int = 5, end_n_top: int = 5,
                  name: str = "xlnet_squad", **kwargs):
@@ -339,10 +395,20 @@ class XLNetSquad(TrainableModel):
             names["answer_class/dense_1/kernel"] = self.cls_dense_1.kernel
         return {k: backing_variable(v) for k, v in names.items()}
 
-    def init_from_pretrained(self, path: str) -> list[str]:
-        """The transformer from an original XLNet checkpoint (its LM bias ignored)."""
-        return load_tf1_checkpoint(path, self.tf1_variable_map(include_head=False),
-                                   allow_unexpected=(r"^model/lm_loss/",))
+    def serving_features(self, input_ids, input_mask, segment_ids) -> dict[str, tf.Tensor]:
+        """The ids signature's three tensors in run_squad.py's layout (`context <sep> question <sep> <cls>`,
+        segments 0/1/2/3): `p_mask` and `cls_index` follow from them (an answer may start on a context
+        token or the <cls>), `input_mask` is float, 1 = padding."""
+        seg = tf.cast(segment_ids, tf.int32)
+        context = tf.logical_and(tf.equal(seg, 0), tf.not_equal(tf.cast(input_ids, tf.int32), XLNET_SPECIAL_IDS["<sep>"]))
+        cls = tf.equal(seg, 2)
+        return {"input_ids": input_ids, "input_mask": tf.cast(input_mask, tf.float32), "segment_ids": seg,
+                "p_mask": 1.0 - tf.cast(tf.logical_or(context, cls), tf.float32),
+                "cls_index": tf.argmax(tf.cast(cls, tf.int32), axis=-1, output_type=tf.int32)}
+
+    @classmethod
+    def from_settings(cls, *, size=None, config_file=None, overrides=None, manifest=None, **_) -> "XLNetSquad":
+        return cls(xlnet_lib.config_from_settings(size, config_file, overrides, manifest))
 
 
 # =============================================================================================== #
@@ -364,8 +430,12 @@ def choice_terms(logits: tf.Tensor, features: dict[str, tf.Tensor]) -> tuple[dic
 
 
 @register_model(name="bert_race")
-class BertRace(TrainableModel):
+class BertRace(QAModel):
     """BERT multiple choice: pooled output of each (article, question + option) row -> one logit."""
+
+    task_type = "multiple_choice"
+    encoder_attribute = "bert"
+    tf1_allow_unexpected = (r"^cls/",)
 
     def __init__(self, config: BertConfig | str | dict, num_choices: int = 4, name: str = "bert_race", **kwargs):
         super().__init__(name=name, **kwargs)
@@ -399,13 +469,21 @@ class BertRace(TrainableModel):
             names.update(self.scorer.tf1_variable_map("cls/race"))
         return names
 
-    def init_from_pretrained(self, path: str) -> list[str]:
-        return load_tf1_checkpoint(path, self.tf1_variable_map(include_head=False), allow_unexpected=(r"^cls/",))
+    @classmethod
+    def from_settings(cls, *, num_labels: int = 4, size=None, config_file=None, overrides=None, manifest=None,
+                      **_) -> "BertRace":
+        """`num_labels`: the task's number of choices."""
+        return cls(_bert_config(size, config_file, overrides, manifest), num_choices=num_labels)
 
 
 @register_model(name="xlnet_race")
-class XLNetRace(TrainableModel):
+class XLNetRace(QAModel):
     """XLNet multiple choice as run_race.py: last state (<cls>) -> summary projection -> logits/dense."""
+
+    task_type = "multiple_choice"
+    encoder_attribute = "transformer"
+    tf1_allow_unexpected = (r"^model/lm_loss/",)
+    lr_decay_style = "xlnet"
 
     def __init__(self, config: XLNetConfig, num_choices: int = 4, name: str = "xlnet_race", **kwargs):
         super().__init__(name=name, **kwargs)
@@ -443,12 +521,11 @@ class XLNetRace(TrainableModel):
             names.update(dense_variable_map("logits/dense", self.logits_dense))
         return {k: backing_variable(v) for k, v in names.items()}
 
-    def init_from_pretrained(self, path: str) -> list[str]:
-        return load_tf1_checkpoint(path, self.tf1_variable_map(include_head=False),
-                                   allow_unexpected=(r"^model/lm_loss/",))
+    def serving_features(self, input_ids, input_mask, segment_ids) -> dict[str, tf.Tensor]:
+        return {"input_ids": input_ids, "input_mask": tf.cast(input_mask, tf.float32), "segment_ids": segment_ids}
 
+    @classmethod
+    def from_settings(cls, *, num_labels: int = 4, size=None, config_file=None, overrides=None, manifest=None,
+                      **_) -> "XLNetRace":
+        return cls(xlnet_lib.config_from_settings(size, config_file, overrides, manifest), num_choices=num_labels)
 
-def build_qa_model(name: str, config: Any, **kwargs) -> TrainableModel:
-    """A registered QA model by name (bert_squad, electra_squad, xlnet_squad, bert_race, xlnet_race)."""
-    from framework.registry import models
-    return models.get(name)(config, **kwargs)

@@ -30,6 +30,7 @@ from framework import text_encoders
 from framework.flags import help_text
 from framework.problem import DatasetSplit, Problem
 from framework.registry import register_problem
+from framework.tasks import FinetuneTask
 
 SEG_A, SEG_B, SEG_CLS, SEG_PAD = 0, 1, 2, 3
 LEVELS = ("middle", "high")
@@ -83,7 +84,7 @@ class RaceHParams:
     tokenizer: str = "wordpiece"
     vocab_file: str = ""
     do_lower_case: bool = True
-    spiece_model_file: str = ""
+    sp_model: str = ""
     uncased: bool = False
     max_seq_length: int = 512
     max_qa_length: int = dataclasses.field(default=128, metadata=help_text(
@@ -93,8 +94,8 @@ class RaceHParams:
 
 
 @register_problem(name="race")
-class Race(Problem):
-    """RACE-style multiple choice (accuracy)."""
+class Race(FinetuneTask, Problem):
+    """RACE-style multiple choice (a fine-tuning task: main metric accuracy; dev/test kept in file order)."""
 
     HParams = RaceHParams
     task_type = "multiple_choice"
@@ -128,9 +129,9 @@ class Race(Problem):
                     raise ValueError("--vocab_file is required with --tokenizer=wordpiece")
                 self._encoder = text_encoders.WordpieceEncoder(hp.vocab_file, do_lower_case=hp.do_lower_case)
             else:
-                if not hp.spiece_model_file:
-                    raise ValueError("--spiece_model_file is required with --tokenizer=sentencepiece")
-                self._encoder = text_encoders.SentencePieceEncoder(hp.spiece_model_file, uncased=hp.uncased)
+                if not hp.sp_model:
+                    raise ValueError("--sp_model is required with --tokenizer=sentencepiece")
+                self._encoder = text_encoders.SentencePieceEncoder(hp.sp_model, uncased=hp.uncased)
         return self._encoder
 
     def feature_encoders(self, data_dir: str) -> dict:
@@ -139,22 +140,33 @@ class Race(Problem):
     def manifest_settings(self, data_dir: str) -> dict:
         return dict(super().manifest_settings(data_dir), vocab_size=int(self.encoder().vocab_size))
 
-    def generate_samples(self, data_dir, tmp_dir, split) -> Iterator[dict]:
-        yield from read_race_split(self.hparams.race_dir, split)
-
-    def encode_sample(self, sample: dict, encoders: dict) -> dict:
-        return encode_choices(sample, self.encoder(), self.hparams)
-
     def example_reading_spec(self) -> dict:
         n = self.hparams.max_seq_length * self.hparams.num_choices
         mask_dtype = tf.int64 if self.hparams.tokenizer == "wordpiece" else tf.float32
         f = tf.io.FixedLenFeature
         return {"input_ids": f([n], tf.int64), "input_mask": f([n], mask_dtype),
-                "segment_ids": f([n], tf.int64), "label_ids": f([], tf.int64)}
+                "segment_ids": f([n], tf.int64), "label_ids": f([], tf.int64), "example_index": f([], tf.int64)}
 
-    def compute_metrics(self, labels: Any, outputs: dict[str, Any]) -> dict[str, float]:
-        """Accuracy of the argmax over the choices."""
-        logits = np.asarray(outputs["logits"])
+    def shuffle_split(self, split: str) -> bool:
+        return split == DatasetSplit.TRAIN
+
+    def eval_splits(self) -> list[str]:
+        return [DatasetSplit.EVAL]
+
+    def num_labels(self, data_dir: str) -> int:
+        """The number of choices (the model scores that many rows per example)."""
+        return self.hparams.num_choices
+
+    def generate_shard(self, data_dir, tmp_dir, split, shard_id, num_shards, seed) -> Iterator[dict]:
+        """Round-robin over the questions; each record carries its `example_index` (file order)."""
+        encoder = self.encoder()
+        for i, sample in enumerate(read_race_split(self.hparams.race_dir, split)):
+            if i % num_shards == shard_id:
+                yield dict(encode_choices(sample, encoder, self.hparams), example_index=i)
+
+    def compute_metrics(self, labels: Any, outputs: Any) -> dict[str, float]:
+        """Accuracy of the argmax over the choices; `outputs`: logits [N, num_choices] (or a dict with them)."""
+        logits = np.asarray(outputs["logits"] if isinstance(outputs, dict) else outputs)
         labels = np.asarray(labels).reshape(-1)
         return {"accuracy": float(np.mean(np.argmax(logits, -1) == labels)) if len(labels) else 0.0,
                 "num_examples": int(len(labels))}

@@ -56,6 +56,7 @@ from framework import records, text_encoders
 from framework.flags import help_text
 from framework.problem import DatasetSplit, ModeKeys, Problem
 from framework.registry import register_problem
+from framework.tasks import FinetuneTask
 from problems import qa_postprocess
 
 SEG_ID_P, SEG_ID_Q, SEG_ID_CLS, SEG_ID_PAD = 0, 1, 2, 3
@@ -415,18 +416,6 @@ def sentencepiece_features(example: dict, example_index: int, encoder: text_enco
 # =============================================================================================== #
 # The problems
 # =============================================================================================== #
-@dataclasses.dataclass
-class PostprocessConfig:
-    """Post-processing knobs (run_squad.py's flags); not data settings, so not in the manifest.
-    `null_score_diff_threshold` None: never answer "" (XLNet's choice; the v2 metrics still report
-    the best threshold on dev)."""
-
-    n_best_size: int = 20
-    max_answer_length: int = 30
-    null_score_diff_threshold: float | None = 0.0
-    output_dir: str = ""  # where predictions.json, nbest_predictions.json, null_odds.json go ("": none)
-
-
 def results_by_unique_id(outputs: dict[str, Any]) -> dict[int, dict[str, Any]]:
     """Batched model outputs (numpy, first axis = windows, with `unique_ids`) -> {unique_id: row}."""
     ids = np.asarray(outputs["unique_ids"]).reshape(-1)
@@ -442,11 +431,12 @@ class SquadHParams:
         "SQuAD json of the dev split: evaluated and predicted (empty: no dev split)."))
     tokenizer: str = dataclasses.field(default="wordpiece", metadata=help_text(
         "wordpiece (BERT, ELECTRA: --vocab_file, --do_lower_case) or sentencepiece (XLNet: "
-        "--spiece_model_file, --uncased)."))
+        "--sp_model, --uncased)."))
     vocab_file: str = ""
     do_lower_case: bool = True
-    spiece_model_file: str = dataclasses.field(default="", metadata=help_text(
-        "SentencePiece model of an XLNet (the original run_squad.py's flag)."))
+    sp_model: str = dataclasses.field(default="", metadata=help_text(
+        "SentencePiece model of the pretrained XLNet (run_squad.py's --spiece_model_file; sp_model is the "
+        "name every textrain problem uses)."))
     uncased: bool = False
     max_seq_length: int = 384
     doc_stride: int = dataclasses.field(default=128, metadata=help_text(
@@ -454,23 +444,37 @@ class SquadHParams:
     max_query_length: int = dataclasses.field(default=64, metadata=help_text(
         "Question tokens kept (the rest are cut)."))
     train_shards: int = dataclasses.field(default=4, metadata=help_text("Shards of the train split."))
+    # Post-processing (run_squad.py's flags): read at evaluation, not data settings (kept out of the manifest).
+    n_best_size: int = dataclasses.field(default=20, metadata=help_text(
+        "Post-processing: spans kept per question (nbest_predictions.json)."))
+    max_answer_length: int = dataclasses.field(default=30, metadata=help_text(
+        "Post-processing: longest answer, in (sub-)tokens."))
+    null_score_diff_threshold: float = dataclasses.field(default=0.0, metadata=help_text(
+        "SQuAD v2: answer '' when the null odds exceed this (the v2 metrics also report the best "
+        "threshold on dev, best_f1_thresh)."))
 
 
-class SquadProblem(Problem):
-    """SQuAD json -> windows (records) + a sidecar; v2 when `with_negative`."""
+POSTPROCESS_SETTINGS = ("n_best_size", "max_answer_length", "null_score_diff_threshold")
+
+
+class SquadProblem(FinetuneTask, Problem):
+    """SQuAD json -> windows (records) + a sidecar; v2 when `with_negative`.
+
+    As a fine-tuning task (framework/tasks.py): task_type "span_extraction", main metric "f1"; the
+    trainer hands it every window's outputs (`metrics_from_outputs`, `write_predictions`) because EM/F1
+    come from post-processing all windows of a question against the sidecar, not from labels."""
 
     HParams = SquadHParams
     with_negative: bool = False
     task_type = "span_extraction"
     main_metric = "f1"
 
-    def __init__(self, hparams=None, postprocess: PostprocessConfig | None = None):
+    def __init__(self, hparams=None):
         super().__init__(hparams)
         hp = self.hparams
         if hp.tokenizer not in ("wordpiece", "sentencepiece"):
             raise ValueError(f"--tokenizer must be wordpiece or sentencepiece, got {hp.tokenizer!r}")
         self._encoder = None
-        self.postprocess_config = postprocess or PostprocessConfig()
         self._eval_source: tuple[str, str] | None = None
 
     # ---------------------------------------------------------------- generation
@@ -502,16 +506,16 @@ class SquadProblem(Problem):
                     raise ValueError("--vocab_file is required with --tokenizer=wordpiece (the model's vocab.txt)")
                 self._encoder = text_encoders.WordpieceEncoder(hp.vocab_file, do_lower_case=hp.do_lower_case)
             else:
-                if not hp.spiece_model_file:
-                    raise ValueError("--spiece_model_file is required with --tokenizer=sentencepiece")
-                self._encoder = text_encoders.SentencePieceEncoder(hp.spiece_model_file, uncased=hp.uncased)
+                if not hp.sp_model:
+                    raise ValueError("--sp_model is required with --tokenizer=sentencepiece")
+                self._encoder = text_encoders.SentencePieceEncoder(hp.sp_model, uncased=hp.uncased)
         return self._encoder
 
     def feature_encoders(self, data_dir: str) -> dict:
         return {"input_ids": self.encoder()}
 
     def manifest_settings(self, data_dir: str) -> dict:
-        settings = super().manifest_settings(data_dir)
+        settings = {k: v for k, v in super().manifest_settings(data_dir).items() if k not in POSTPROCESS_SETTINGS}
         settings.update(with_negative=self.with_negative, vocab_size=int(self.encoder().vocab_size))
         return settings
 
@@ -592,7 +596,7 @@ class SquadProblem(Problem):
                 output_dir: str | None = None) -> tuple[dict, dict, dict, dict[str, float]]:
         """(predictions, nbest, null_odds, metrics) of the split's questions from the model outputs of
         its windows; writes the three json files of run_squad.py to `output_dir` when given."""
-        cfg = self.postprocess_config
+        cfg = self.hparams
         examples = self.read_sidecar(data_dir, split)
         results = results_by_unique_id(outputs)
         missing = [f["unique_id"] for ex in examples for f in ex["features"] if f["unique_id"] not in results]
@@ -604,14 +608,33 @@ class SquadProblem(Problem):
             with_negative=self.with_negative, null_score_diff_threshold=cfg.null_score_diff_threshold,
             do_lower_case=self.hparams.do_lower_case)
         metrics = qa_postprocess.evaluate_examples(examples, preds, odds, self.with_negative)
-        output_dir = output_dir if output_dir is not None else cfg.output_dir
         if output_dir:
             qa_postprocess.write_prediction_files(output_dir, preds, nbest, odds if self.with_negative else None)
         return preds, nbest, odds, metrics
 
     # ---------------------------------------------------------------- the fine-tuning task API
+    def shuffle_split(self, split: str) -> bool:
+        return split == DatasetSplit.TRAIN
+
     def eval_splits(self) -> list[str]:
         return [DatasetSplit.EVAL] if self.hparams.predict_file else []
+
+    def predict_splits(self) -> list[str]:
+        """--do_predict writes run_squad.py's predictions for the predict_file (the dev split)."""
+        return self.eval_splits()
+
+    def num_labels(self, data_dir: str) -> int:
+        """Span extraction has no label set (the trainer passes this to the model, which ignores it)."""
+        return 0
+
+    def metrics_from_outputs(self, data_dir: str, split: str, outputs: dict[str, Any]) -> dict[str, float]:
+        """Official EM/F1 (v2: + HasAns/NoAns, best threshold) of one evaluated split."""
+        return self.predict(outputs, data_dir, split)[3]
+
+    def write_predictions(self, data_dir: str, split: str, outputs: dict[str, Any], output_dir: str) -> str:
+        """predictions.json, nbest_predictions.json (and null_odds.json for v2) in `output_dir`."""
+        self.predict(outputs, data_dir, split, output_dir=output_dir)
+        return os.path.join(output_dir, "predictions.json")
 
     def compute_metrics(self, labels: Any, outputs: dict[str, Any]) -> dict[str, float]:
         """Official EM/F1 of the split last read through `dataset` (its sidecar), from the gathered

@@ -48,7 +48,7 @@ def test_wordpiece_rows(vocab):
 
 def test_sentencepiece_rows_pad_left_with_cls_last(tmp_path):
     sp = text_encoders.SentencePieceEncoder(qa_fixtures.train_spm(str(tmp_path / "sp")))
-    hp = race.RaceHParams(tokenizer="sentencepiece", spiece_model_file=sp.model_file, max_seq_length=40)
+    hp = race.RaceHParams(tokenizer="sentencepiece", sp_model=sp.model_file, max_seq_length=40)
     sample = {"id": "x", "article": "Emma was rich.", "question": "Who?", "options": ["Emma", "Jane", "A", "B"],
               "label": 0}
     rec = race.encode_choices(sample, sp, hp)

@@ -288,9 +288,9 @@ def test_cli_wordpiece_v2_oracle_logits_score_100(tmp_path, wp):
 def test_cli_sentencepiece_v1_oracle_beams_score_100(tmp_path, sp):
     path = qa_fixtures.write_squad(str(tmp_path / "squad.json"))
     data_dir = _datagen(tmp_path, "squad_v1", f"--predict_file={path}", "--tokenizer=sentencepiece",
-                        f"--spiece_model_file={sp.model_file}", "--max_seq_length=48", "--doc_stride=16")
+                        f"--sp_model={sp.model_file}", "--max_seq_length=48", "--doc_stride=16")
     problem = squad.SquadV1(squad.SquadHParams(predict_file=path, tokenizer="sentencepiece",
-                                               spiece_model_file=sp.model_file, max_seq_length=48, doc_stride=16))
+                                               sp_model=sp.model_file, max_seq_length=48, doc_stride=16))
     arrays = _dev_arrays(problem, data_dir)
     n = len(arrays["unique_ids"])
     k = 2
