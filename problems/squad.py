@@ -519,14 +519,17 @@ class SquadProblem(FinetuneTask, Problem):
         settings.update(with_negative=self.with_negative, vocab_size=int(self.encoder().vocab_size))
         return settings
 
-    def featurize(self, split: str) -> Iterator[tuple[list[dict], dict]]:
-        """(records, sidecar entry) of every kept question of a split, in file order."""
+    def featurize(self, split: str, shard_id: int = 0, num_shards: int = 1) -> Iterator[tuple[list[dict], dict]]:
+        """(records, sidecar entry) of every kept question of a split, in file order; with `num_shards`,
+        only question i with i % num_shards == shard_id (each shard featurizes its own questions)."""
         hp = self.hparams
         training = split == DatasetSplit.TRAIN
         encoder = self.encoder()
         examples = read_squad_examples(self.input_file(split), self.with_negative)
         cache: tuple[str, Any] | None = None
         for index, example in enumerate(examples):
+            if index % num_shards != shard_id:
+                continue
             if hp.tokenizer == "wordpiece":
                 result = wordpiece_features(example, index, encoder, hp.max_seq_length, hp.doc_stride,
                                             hp.max_query_length, training)
@@ -542,9 +545,8 @@ class SquadProblem(FinetuneTask, Problem):
 
     def generate_shard(self, data_dir, tmp_dir, split, shard_id, num_shards, seed) -> Iterator[dict]:
         """Question i's windows go to shard i % num_shards (a question's windows stay together)."""
-        for i, (feats, _) in enumerate(self.featurize(split)):
-            if i % num_shards == shard_id:
-                yield from feats
+        for feats, _ in self.featurize(split, shard_id, num_shards):
+            yield from feats
 
     def sidecar_filename(self, split: str) -> str:
         return f"{self.name}-{split}.examples.jsonl"
