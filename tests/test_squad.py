@@ -315,3 +315,21 @@ def test_squad_errors_name_the_file_and_question(tmp_path):
     bad.write_text("{not json")
     with pytest.raises(squad.SquadFormatError, match=r"bad.json:1: not valid JSON"):
         squad.read_squad_examples(str(bad), False)
+
+
+def test_xlnet_serving_features_rebuild_p_mask_and_cls_index_from_the_ids(sp):
+    """The exported ids signature has no p_mask / cls_index: the model derives them; they must equal
+    the records'."""
+    from models.qa_heads import XLNetSquad
+    from models.xlnet import XLNetConfig
+
+    context = qa_fixtures.PARAGRAPHS[2]["context"]
+    feats, _ = squad.sentencepiece_features(_example(context, "Who lived there?", "Miss Jane Fairfax"), 0, sp,
+                                            40, 16, 16, True)
+    assert len(feats) > 1
+    model = XLNetSquad(XLNetConfig.preset("tiny", n_token=sp.vocab_size))
+    cols = {k: np.array([f[k] for f in feats]) for k in ("input_ids", "input_mask", "segment_ids", "p_mask", "cls_index")}
+    served = model.serving_features(cols["input_ids"].astype(np.int32), cols["input_mask"].astype(np.int32),
+                                    cols["segment_ids"].astype(np.int32))
+    np.testing.assert_array_equal(served["p_mask"].numpy(), cols["p_mask"])
+    np.testing.assert_array_equal(served["cls_index"].numpy(), cols["cls_index"])
