@@ -164,7 +164,7 @@ def squad_v2_metrics(gold: Mapping[str, Sequence[str]], predictions: Mapping[str
     best_f1(_thresh). `na_probs` are the no-answer odds (null_odds.json); without them every
     question's odds are 0."""
     na = dict(na_probs) if na_probs is not None else {q: 0.0 for q in gold}
-    has_ans = {q: bool([a for a in answers if a]) for q, answers in gold.items()}
+    has_ans = {q: bool(answers) for q, answers in gold.items()}  # the v2 script: a non-empty answer list
     exact_raw, f1_raw = v2_raw_scores(gold, predictions)
     exact = _apply_threshold(exact_raw, na, has_ans, na_prob_thresh)
     f1 = _apply_threshold(f1_raw, na, has_ans, na_prob_thresh)
