@@ -35,7 +35,6 @@ Logits and losses are float32 under any precision policy.
 """
 from __future__ import annotations
 
-from typing import Any
 
 import tensorflow as tf
 
