@@ -35,7 +35,6 @@ Logits and losses are float32 under any precision policy.
 """
 from __future__ import annotations
 
-
 import tensorflow as tf
 
 from framework.registry import register_model
