@@ -279,19 +279,22 @@ class GraphWordpieceTokenizer(tf.Module):
             active = active & ~failed & (cur < lengths)
             return i + 1, cur, active, failed, ids_ta, valid_ta
 
-        init = (tf.constant(0), tf.zeros_like(lengths), ~too_long & (lengths > 0), tf.zeros_like(too_long),
-                tf.TensorArray(tf.int64, size=0, dynamic_size=True, element_shape=[None]),
-                tf.TensorArray(tf.bool, size=0, dynamic_size=True, element_shape=[None]))
+        # Most words are vocabulary entries: one lookup settles them; the loop handles the rest.
+        whole = self._vocab.lookup(words)
+        done = (whole >= 0) & ~too_long
+        # Row 0 of the step arrays is the whole-word hit (so they are never empty when stacked).
+        init = (tf.constant(1), tf.zeros_like(lengths), ~too_long & ~done & (lengths > 0), tf.zeros_like(too_long),
+                tf.TensorArray(tf.int64, size=1, dynamic_size=True, element_shape=[None]).write(0, whole),
+                tf.TensorArray(tf.bool, size=1, dynamic_size=True, element_shape=[None]).write(0, done))
         _, _, _, failed, ids_ta, valid_ta = tf.while_loop(
             lambda i, cur, active, *_: tf.reduce_any(active), step, init,
             shape_invariants=(tf.TensorShape([]), tf.TensorShape([None]), tf.TensorShape([None]),
                               tf.TensorShape([None]), tf.TensorShape(None), tf.TensorShape(None)))
-        # [W, steps] plus one spare column so an [UNK] word has somewhere to go.
-        ids = tf.concat([tf.transpose(tf.reshape(ids_ta.stack(), [-1, num])), tf.zeros([num, 1], tf.int64)], 1)
-        valid = tf.concat([tf.transpose(tf.reshape(valid_ta.stack(), [-1, num])), tf.zeros([num, 1], tf.bool)], 1)
+        ids = tf.transpose(tf.reshape(ids_ta.stack(), [-1, num]))      # [W, 1 + steps]
+        valid = tf.transpose(tf.reshape(valid_ta.stack(), [-1, num]))
         unk = (failed | too_long)[:, None]
         first = tf.equal(tf.range(tf.shape(ids)[1]), 0)[None, :]
-        ids = tf.where(unk, tf.constant(self.unk_id, tf.int64), ids)
+        ids = tf.where(unk & first, tf.constant(self.unk_id, tf.int64), ids)
         valid = tf.where(unk, first, valid)
         return tf.ragged.boolean_mask(ids, valid)
 
@@ -305,19 +308,35 @@ class GraphWordpieceTokenizer(tf.Module):
     def __call__(self, text_a: tf.Tensor, text_b: tf.Tensor | None = None) -> dict[str, tf.Tensor]:
         """string [B] (and [B]) -> {input_ids, input_mask, segment_ids}: int32 [B, max_seq_length]."""
         a = self.encode(text_a)
-        b = self.encode(text_b) if text_b is not None else a[:, :0]
-        len_a, len_b = a.row_lengths(), b.row_lengths()
+        batch = a.nrows()
+        len_a = a.row_lengths()
+        b = self.encode(text_b) if text_b is not None else None
+        len_b = b.row_lengths() if b is not None else tf.zeros_like(len_a)
         keep_a, keep_b = truncated_lengths(len_a, len_b, self.max_seq_length)
-        a = tf.ragged.boolean_mask(a, tf.ragged.range(len_a) < keep_a[:, None])
-        b = tf.ragged.boolean_mask(b, tf.ragged.range(len_b) < keep_b[:, None])
-        batch = tf.shape(len_a)[0]
-        column = lambda value: tf.RaggedTensor.from_tensor(tf.fill([batch, 1], tf.cast(value, tf.int64)))  # noqa: E731
-        sep_b = tf.ragged.boolean_mask(column(self.sep_id), (keep_b > 0)[:, None])
-        parts = [column(self.cls_id), a, column(self.sep_id), b, sep_b]
-        segments = [0, 0, 0, 1, 1]
-        ids = tf.concat(parts, axis=1)
-        segment_ids = tf.concat([tf.ones_like(p) * s for p, s in zip(parts, segments)], axis=1)
-        shape = [None, self.max_seq_length]
-        return {"input_ids": tf.cast(ids.to_tensor(0, shape=shape), tf.int32),
-                "input_mask": tf.cast(tf.ones_like(ids).to_tensor(0, shape=shape), tf.int32),
-                "segment_ids": tf.cast(segment_ids.to_tensor(0, shape=shape), tf.int32)}
+        rows = tf.range(batch)
+        # Every token's (row, position) in `[CLS] A [SEP] B [SEP]`, scattered into [B, L] zeros.
+        parts = [(rows, tf.zeros_like(rows), tf.fill([batch], tf.cast(self.cls_id, tf.int64)), 0),
+                 self._kept(a, keep_a, offset=1, segment=0),
+                 (rows, keep_a + 1, tf.fill([batch], tf.cast(self.sep_id, tf.int64)), 0)]
+        if b is not None:
+            has_b = keep_b > 0
+            parts += [self._kept(b, keep_b, offset=keep_a + 2, segment=1),
+                      (tf.boolean_mask(rows, has_b), tf.boolean_mask(keep_a + keep_b + 2, has_b),
+                       tf.fill([tf.reduce_sum(tf.cast(has_b, tf.int32))], tf.cast(self.sep_id, tf.int64)), 1)]
+        indices = tf.concat([tf.stack([r, p], axis=1) for r, p, _, _ in parts], axis=0)
+        values = tf.concat([v for _, _, v, _ in parts], axis=0)
+        segments = tf.concat([tf.fill(tf.shape(v), tf.cast(seg, tf.int64)) for _, _, v, seg in parts], axis=0)
+        shape = tf.stack([batch, tf.constant(self.max_seq_length, tf.int64)])
+        scatter = lambda updates: tf.cast(tf.scatter_nd(indices, updates, shape), tf.int32)  # noqa: E731
+        return {"input_ids": scatter(values), "input_mask": scatter(tf.ones_like(values)),
+                "segment_ids": scatter(segments)}
+
+    @staticmethod
+    def _kept(ids: tf.RaggedTensor, keep: tf.Tensor, offset, segment: int):
+        """(rows, positions, values, segment) of the first keep[row] ids of each row, placed from offset."""
+        rows = ids.value_rowids()
+        within = tf.range(tf.size(rows, out_type=tf.int64)) - tf.gather(ids.row_starts(), rows)
+        kept = within < tf.gather(keep, rows)
+        offset = tf.gather(offset, rows) if isinstance(offset, tf.Tensor) else offset
+        return (tf.boolean_mask(rows, kept), tf.boolean_mask(within + offset, kept),
+                tf.boolean_mask(ids.flat_values, kept), segment)

@@ -17,11 +17,13 @@ Decisions:
 """
 from __future__ import annotations
 
+import os
 from typing import ClassVar
 
 import numpy as np
 import tensorflow as tf
 
+from framework import records
 from framework.problem import DataParams, ModeKeys
 
 
@@ -38,6 +40,12 @@ class FinetuneTask:
     def predict_splits(self) -> list[str]:
         """The splits `--do_predict` writes predictions for."""
         return ["test"]
+
+    def has_split(self, data_dir: str, split: str) -> bool:
+        """Whether `split` was generated (its manifest exists): a task's dev/test splits may be absent."""
+        name = self.name  # type: ignore[attr-defined]
+        return tf.io.gfile.exists(os.path.join(self.problem_dir(data_dir),  # type: ignore[attr-defined]
+                                               records.manifest_filename(name, split)))
 
     def has_labels(self, data_dir: str, split: str) -> bool:
         """Whether the split's records hold real labels (from its manifest)."""

@@ -27,7 +27,8 @@ read them; columns 0-based, tab-separated, no quoting):
 Label lists are the originals' `get_labels()`. Test files have no labels: the records hold label 0
 (the originals write a dummy label too) and the split's manifest says `"has_labels": false`.
 
-`tsv_classification`: one sentence (`--text_a_column`) or a pair (`--text_b_column`); `--has_header`
+`tsv_classification`: one sentence (`--text_a_column`) or a pair (`--text_b_column`); a dev split from
+`--dev_file` or held out of the train file (`--dev_fraction=0.2`: every 5th row); `--has_header`
 (columns by name, or by 0-based index either way); labels learned from the train file (sorted) or
 given in order as `--labels=a,b,c`; `--task_type=regression` (a float label) or `multilabel` (labels
 joined by `--multilabel_separator`, a multi-hot target). A dev/test label that is not in the label
@@ -59,7 +60,10 @@ Decisions:
   evaluation and prediction read them in file order (`shuffle_split`). A GLUE test file that is
   absent is skipped; train and dev are required.
 - Blank lines are skipped (and do not count in `example_index`); a UTF-8 byte-order mark before a
-  header is dropped.
+  header is dropped; labels are stripped of surrounding whitespace (texts are kept as they are).
+- The reading side follows the data: `bind_data(data_dir)` (called by `dataset`, `label_list`,
+  `num_labels`) adopts the manifest's tokenizer, max_seq_length, task type and labels, so a trainer
+  that builds the problem with default settings still parses the records as they were written.
 - The label list is decided once, in `prepare`, and written to `{problem_dir}/labels.json` for the
   worker processes; the manifests record it (`label_list`), so data made with another label list is
   refused on re-runs and the trainer reads it from there.
@@ -80,6 +84,7 @@ from framework.flags import help_text
 from framework.problem import DatasetSplit, Problem
 from framework.registry import register_problem
 from framework.tasks import FinetuneTask
+from framework.text_problems import is_dev_document
 
 TASK_TYPES = ("classification", "regression", "multilabel")
 TOKENIZERS = ("wordpiece", "sentencepiece")
@@ -171,6 +176,8 @@ class GlueHParams(ClassificationHParams):
 class TsvHParams(ClassificationHParams):
     train_file: str = _setting("", "tsv_classification: training TSV (.gz/.bz2 ok; comma list/glob).")
     dev_file: str = _setting("", "tsv_classification: dev TSV (optional).")
+    dev_fraction: float = _setting(0.0, "tsv_classification without --dev_file: hold out this share of the train "
+                                        "rows as the dev split (every 1/f-th row: deterministic).")
     test_file: str = _setting("", "tsv_classification: test TSV (optional; the label column may be absent).")
     has_header: bool = _setting(True, "tsv_classification: the first row names the columns.")
     text_a_column: str = _setting("sentence", "tsv_classification: first text column (name, or 0-based index).")
@@ -235,7 +242,7 @@ def read_tsv_rows(paths: Sequence[str], columns: Columns, on_bad_utf8: str = "er
                 raise UserError(f"{path}:{lineno}: {len(fields)} columns, but column {max(needed)} is read")
             yield Row(index=index, text_a=fields[columns.text_a],
                       text_b=fields[columns.text_b] if columns.text_b is not None else None,
-                      label=fields[columns.label] if columns.label is not None else None,
+                      label=fields[columns.label].strip() if columns.label is not None else None,
                       where=f"{path}:{lineno}")
             index += 1
 
@@ -251,6 +258,9 @@ class ClassificationProblem(FinetuneTask, Problem):
     """
 
     HParams: ClassVar[type] = ClassificationHParams
+    # Settings the reading side takes from the data's manifest (bind_data).
+    DATA_SETTINGS: ClassVar[tuple[str, ...]] = ("tokenizer", "max_seq_length", "do_lower_case", "uncased",
+                                                "task_type", "multilabel_separator")
     fixed_labels: ClassVar[list[str] | None] = None
     train_shards: ClassVar[int] = 8
     LABELS_FILE: ClassVar[str] = "labels.json"
@@ -260,6 +270,8 @@ class ClassificationProblem(FinetuneTask, Problem):
         self._encoder = None
         self._labels: list[str] | None = None
         self._reading_num_labels: int | None = None
+        self._bound: tuple[str, dict] | None = None
+        self._index: dict[str, int] | None = None
 
     # ------------------------------------------------------------------ what subclasses say
     def split_names(self) -> list[str]:
@@ -290,13 +302,37 @@ class ClassificationProblem(FinetuneTask, Problem):
     def predict_splits(self) -> list[str]:
         return [s for s in self.split_names() if s.startswith(DatasetSplit.TEST)]
 
+    def bind_data(self, data_dir: str) -> dict:
+        """Adopt the settings the records were made with (from a manifest of `data_dir`): the reading
+        side (feature shapes and dtypes, task type, labels) follows the data, whatever settings this
+        instance was built with, so a trainer needs only the problem name and data_dir. Returns them."""
+        if self._bound is None or self._bound[0] != data_dir:
+            manifest = None
+            for split in self.split_names():
+                if self.has_split(data_dir, split):
+                    manifest = self.read_manifest(data_dir, split)
+                    break
+            if manifest is None:  # read_manifest's error names the command to run
+                manifest = self.read_manifest(data_dir, DatasetSplit.TRAIN)
+            settings = manifest["settings"]
+            names = {f.name for f in dataclasses.fields(self.hparams)}
+            adopt = {k: settings[k] for k in self.DATA_SETTINGS if k in names and k in settings}
+            self.hparams = dataclasses.replace(self.hparams, **adopt)
+            self._labels = list(settings["label_list"])
+            self._index = None
+            self._reading_num_labels = 1 if self.task_type == "regression" else len(self._labels)
+            self._bound = (data_dir, settings)
+        return self._bound[1]
+
     def label_list(self, data_dir: str) -> list[str]:
-        """The labels in id order, from the train manifest ([] for regression)."""
-        return list(self.read_manifest(data_dir, DatasetSplit.TRAIN)["settings"]["label_list"])
+        """The labels in id order, from the data's manifest ([] for regression)."""
+        self.bind_data(data_dir)
+        return list(self._labels)
 
     def num_labels(self, data_dir: str) -> int:
         """Outputs of the model head: 1 for regression, else the number of labels."""
-        return 1 if self.task_type == "regression" else len(self.label_list(data_dir))
+        self.bind_data(data_dir)
+        return 1 if self.task_type == "regression" else len(self._labels)
 
     def compute_metrics(self, labels: np.ndarray, outputs: np.ndarray) -> dict[str, float]:
         outputs = np.asarray(outputs)
@@ -463,7 +499,7 @@ class ClassificationProblem(FinetuneTask, Problem):
         return [p.strip() for p in value.split(self.hparams.multilabel_separator) if p.strip()]
 
     def _label_index(self, data_dir: str) -> dict[str, int]:
-        if getattr(self, "_index", None) is None:
+        if self._index is None:
             self._index = {name: i for i, name in enumerate(self.labels(data_dir))}
         return self._index
 
@@ -501,15 +537,12 @@ class ClassificationProblem(FinetuneTask, Problem):
             spec["label_ids"] = tf.io.FixedLenFeature([], tf.float32)
         elif self.task_type == "multilabel":
             if self._reading_num_labels is None:
-                raise ValueError("multilabel reading needs the label count: call dataset(...) (it reads "
-                                 "the manifest) or set_reading_num_labels(n)")
+                raise ValueError("multilabel reading needs the label count: call bind_data(data_dir) first "
+                                 "(dataset() does)")
             spec["label_ids"] = tf.io.FixedLenFeature([self._reading_num_labels], tf.int64)
         else:
             spec["label_ids"] = tf.io.FixedLenFeature([], tf.int64)
         return spec
-
-    def set_reading_num_labels(self, num_labels: int) -> None:
-        self._reading_num_labels = num_labels
 
     def example_length(self, example: dict) -> tf.Tensor:
         return tf.shape(example["input_ids"])[0]
@@ -517,8 +550,7 @@ class ClassificationProblem(FinetuneTask, Problem):
     def dataset(self, mode, data_dir, params, input_context=None, split=None) -> tf.data.Dataset:
         """Problem.dataset; records are already max_seq_length long, so `params.max_length` is not used
         (fixed batching would otherwise pad the multi-hot labels to it)."""
-        if self.task_type == "multilabel":
-            self._reading_num_labels = self.num_labels(data_dir)
+        self.bind_data(data_dir)
         params = dataclasses.replace(params, max_length=0, batching="fixed")
         return super().dataset(mode, data_dir, params, input_context=input_context, split=split)
 
@@ -689,6 +721,8 @@ class TsvClassification(ClassificationProblem):
         return {DatasetSplit.EVAL, DatasetSplit.TEST}
 
     def split_paths(self, split: str) -> list[str]:
+        if split == DatasetSplit.EVAL and self.hparams.dev_fraction > 0:
+            split = DatasetSplit.TRAIN  # held-out rows of the train file
         flag = self._FLAGS[split]
         pattern = getattr(self.hparams, flag)
         if not pattern:
@@ -701,6 +735,10 @@ class TsvClassification(ClassificationProblem):
     def check_hparams(self) -> None:
         super().check_hparams()
         hp = self.hparams
+        if not 0 <= hp.dev_fraction < 1:
+            raise UserError(f"--dev_fraction={hp.dev_fraction}: must be in [0, 1)")
+        if hp.dev_fraction > 0 and hp.dev_file:
+            raise UserError("give --dev_file or --dev_fraction, not both")
         if hp.labels and self.task_type == "regression":
             raise UserError("--labels does not apply to --task_type=regression")
         if self.task_type == "multilabel" and not hp.multilabel_separator:
@@ -767,13 +805,26 @@ class TsvClassification(ClassificationProblem):
     def split_num_columns(self, split: str) -> int | None:
         return None
 
+    def rows(self, split: str) -> Iterator[Row]:
+        """With --dev_fraction, train and dev are the two parts of the train file (row i is dev when
+        floor((i + 1) f) > floor(i f): exactly floor(N f) rows, spread evenly); example_index stays the
+        row's position in the file."""
+        fraction = self.hparams.dev_fraction
+        if fraction <= 0 or split not in (DatasetSplit.TRAIN, DatasetSplit.EVAL):
+            yield from super().rows(split)
+            return
+        for row in super().rows(split):
+            if is_dev_document(row.index, fraction) == (split == DatasetSplit.EVAL):
+                yield row
+
     # ------------------------------------------------------------------ labels
     def learn_labels(self) -> list[str]:
+        """--labels in their order, else the sorted labels of the whole train file (held-out rows too)."""
         hp = self.hparams
         if hp.labels:
             return [x.strip() for x in hp.labels.split(",")]
         seen: set[str] = set()
-        for row in self.rows(DatasetSplit.TRAIN):
+        for row in ClassificationProblem.rows(self, DatasetSplit.TRAIN):
             if self.task_type == "multilabel":
                 seen.update(self.split_multilabel(row.label))
             else:

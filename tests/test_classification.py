@@ -232,6 +232,13 @@ def test_eval_reading_gives_every_example_once_in_order(tmp_path, vocab):
     # The plain Problem.dataset in EVAL mode with drop_remainder=False reads the same.
     ds = problem.dataset(ModeKeys.EVAL, data_dir, DataParams(batch_size=4, drop_remainder=False))
     assert np.concatenate([b["example_index"].numpy() for b in ds]).tolist() == list(range(11))
+    # Two replicas (MirroredStrategy over the 2 logical CPUs of conftest), global batch 4 = 2 per replica:
+    # still every example once; the replicas' batches alternate, so in order replica by replica.
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    dist = strategy.distribute_datasets_from_function(lambda ctx: problem.eval_dataset(data_dir, "dev", 4, ctx))
+    seen = [i for batch in dist for part in strategy.experimental_local_results(batch["example_index"])
+            for i in part.numpy().tolist()]
+    assert seen == list(range(11))
     # Train mode shuffles and repeats: all 11 rows appear over the shards.
     train_ds = problem.dataset(ModeKeys.TRAIN, data_dir, DataParams(batch_size=11, seed=1))
     seen = set()
@@ -239,6 +246,22 @@ def test_eval_reading_gives_every_example_once_in_order(tmp_path, vocab):
         seen.update(batch["example_index"].numpy().tolist())
     assert seen == set(range(11))
     assert problem.label_list(data_dir) == ["neg", "pos"]
+
+
+def test_dev_fraction_holds_out_every_fifth_row_in_file_order(tmp_path, vocab):
+    rows = [["sentence", "label"]] + [[f"row {i}", "ab"[i % 2]] for i in range(11)]
+    train = _write(tmp_path / "train.tsv", rows)
+    problem = cls.TsvClassification(cls.TsvHParams(train_file=train, dev_fraction=0.2, vocab_file=vocab,
+                                                   max_seq_length=8))
+    data_dir = str(tmp_path / "data")
+    problem.generate_data(data_dir, "")
+    # floor((i+1) * 0.2) > floor(i * 0.2) at i = 4 and 9: two dev rows, nine train rows.
+    assert _read_all(problem, data_dir, "dev")["example_index"].tolist() == [4, 9]
+    assert sorted(_read_all(problem, data_dir, "train")["example_index"].tolist()) == [0, 1, 2, 3, 5, 6, 7, 8, 10]
+    assert problem.has_split(data_dir, "dev") and not problem.has_split(data_dir, "test")
+    with pytest.raises(UserError, match="not both"):
+        cls.TsvClassification(cls.TsvHParams(train_file=train, dev_file=train, dev_fraction=0.2,
+                                             vocab_file=vocab)).generate_data(str(tmp_path / "d2"), "")
 
 
 def test_compute_metrics_per_task_type():
@@ -329,6 +352,7 @@ def test_tsv_cli_pair_learned_labels_and_unlabelled_test(tmp_path, vocab):
     assert [t["example_index"] for t in test_records] == [0, 1] and [t["label_ids"] for t in test_records] == [0, 0]
 
 
+@pytest.mark.slow
 def test_tsv_cli_errors_name_file_line_and_label(tmp_path, vocab):
     train = _write(tmp_path / "train.tsv", [["sentence", "label"], ["good", "pos"], ["bad", "neg"]])
     dev = _write(tmp_path / "dev.tsv", [["sentence", "label"], ["fine", "pos"], ["meh", "neutral"]])
@@ -343,6 +367,12 @@ def test_tsv_cli_errors_name_file_line_and_label(tmp_path, vocab):
                  f"--data_dir={tmp_path / 'd2'}")
     assert r.returncode == 1 and f"{bad}:3: 3 tab-separated columns, expected 2" in r.stderr
     assert not tf.io.gfile.glob(str(tmp_path / "d2" / "tsv_classification" / "*.manifest.json"))
+    # Bytes that are not UTF-8 name file:line.
+    latin1 = tmp_path / "latin1.tsv"
+    latin1.write_bytes(b"sentence\tlabel\ngood\tpos\nna\xefve\tneg\n")
+    r = _datagen("--problem=tsv_classification", f"--train_file={latin1}", f"--vocab_file={vocab}",
+                 f"--data_dir={tmp_path / 'd4'}")
+    assert r.returncode == 1 and f"{latin1}:3: bytes that are not UTF-8" in r.stderr
     # The vocabulary is required and named.
     r = _datagen("--problem=tsv_classification", f"--train_file={train}", f"--data_dir={tmp_path / 'd3'}")
     assert r.returncode == 1 and "--vocab_file is required" in r.stderr
@@ -355,11 +385,15 @@ def test_tsv_cli_single_given_labels_regression_multilabel(tmp_path, vocab):
     train = _write(tmp_path / "s.tsv", [["neg", "awful"], ["pos", "lovely"], ["pos", "charming"]])
     d = str(tmp_path / "single")
     r = _datagen("--problem=tsv_classification", f"--train_file={train}", "--has_header=false", "--text_a_column=1",
-                 "--label_column=0", "--labels=pos,neg", f"--vocab_file={vocab}", "--max_seq_length=8", f"--data_dir={d}")
+                 "--label_column=0", "--labels=pos,neg", f"--vocab_file={vocab}", "--max_seq_length=8",
+                 "--dev_fraction=0.34", f"--data_dir={d}")
     assert r.returncode == 0, r.stderr
     recs = _records(os.path.join(folder(d), "*-train-*.tfrecord"), _spec(8, tf.io.FixedLenFeature([], tf.int64)))
-    assert sorted((x["example_index"], x["label_ids"]) for x in recs) == [(0, 1), (1, 0), (2, 0)]
+    assert sorted((x["example_index"], x["label_ids"]) for x in recs) == [(0, 1), (1, 0)]
     assert all(x["segment_ids"] == [0] * 8 for x in recs)
+    # --dev_fraction held out row 2 (floor(3 * 0.34) = 1 row: the first i with floor((i+1)f) > floor(i f)).
+    recs = _records(os.path.join(folder(d), "*-dev-*.tfrecord"), _spec(8, tf.io.FixedLenFeature([], tf.int64)))
+    assert [(x["example_index"], x["label_ids"]) for x in recs] == [(2, 0)]
     # Regression: float labels; a label that is not a number is an error naming file:line.
     reg = _write(tmp_path / "r.tsv", [["sentence", "score"], ["a", "0.5"], ["b", "4"]])
     d = str(tmp_path / "reg")
@@ -380,6 +414,8 @@ def test_tsv_cli_single_given_labels_regression_multilabel(tmp_path, vocab):
     assert r.returncode == 0, r.stderr
     recs = _records(os.path.join(folder(d), "*-dev-*.tfrecord"), _spec(8, tf.io.FixedLenFeature([2], tf.int64)))
     assert [x["label_ids"] for x in recs] == [[1, 1], [1, 0], [0, 0]]  # labels: news, sports
-    problem = cls.TsvClassification(cls.TsvHParams(task_type="multilabel", max_seq_length=8))
+    # A problem built with default settings reads the records as written (bind_data: multilabel, length 8).
+    problem = cls.TsvClassification()
     batch = next(iter(problem.eval_dataset(d, "dev", 8)))
     assert batch["label_ids"].numpy().tolist() == [[1, 1], [1, 0], [0, 0]]
+    assert batch["input_ids"].shape == (3, 8) and problem.task_type == "multilabel" and problem.num_labels(d) == 2

@@ -56,7 +56,7 @@ def _encode_all(tokenizer: GraphWordpieceTokenizer, texts: list[str], batch: int
     return out
 
 
-@pytest.mark.parametrize("lower", [True, False])
+@pytest.mark.parametrize("lower", [True, pytest.param(False, marks=pytest.mark.slow)])
 def test_ids_identical_to_the_encoder(vocab, lower):
     encoder = WordpieceEncoder(vocab, do_lower_case=lower)
     tokenizer = GraphWordpieceTokenizer(vocab, do_lower_case=lower)
@@ -110,20 +110,24 @@ def test_features_identical_to_the_records_layout(vocab):
     encoder = WordpieceEncoder(vocab)
     lines = [line for line in _emma_lines() if line.strip()][:600]
     pairs = list(zip(lines[0::2], lines[1::2])) + [("", ""), ("Emma", ""), ("", "Emma"), ("x" * 300, "a b c")]
-    for length in (8, 24, 64):
+    pairs += [(a, "") for a in lines[:50]]  # an empty text_b is the single-text layout
+    for length in (8, 40):  # 8: almost every pair is truncated
         tokenizer = GraphWordpieceTokenizer(vocab, max_seq_length=length)
         got = tf.function(tokenizer)(tf.constant([a for a, _ in pairs]), tf.constant([b for _, b in pairs]))
-        single = tokenizer(tf.constant([a for a, _ in pairs]))
         for i, (a, b) in enumerate(pairs):
             ids_b = encoder.encode(b) if b else None
             want = bert_layout(encoder.encode(a), ids_b, length, encoder.special_ids["[CLS]"], encoder.special_ids["[SEP]"])
             for k in ("input_ids", "input_mask", "segment_ids"):
                 assert got[k][i].numpy().tolist() == want[k], (length, a, b, k)
-            want = bert_layout(encoder.encode(a), None, length, encoder.special_ids["[CLS]"], encoder.special_ids["[SEP]"])
-            assert single["input_ids"][i].numpy().tolist() == want["input_ids"]
         assert got["input_ids"].dtype == tf.int32 and got["input_ids"].shape[1] == length
+    # text_b omitted: single texts.
+    single = tokenizer(tf.constant(["Emma was rich.", ""]))
+    want = [bert_layout(encoder.encode(t), None, 40, encoder.special_ids["[CLS]"], encoder.special_ids["[SEP]"])
+            for t in ("Emma was rich.", "")]
+    assert single["input_ids"].numpy().tolist() == [w["input_ids"] for w in want]
 
 
+@pytest.mark.slow
 def test_saved_model_captures_the_tables(vocab, tmp_path):
     import shutil
     copy = str(tmp_path / "vocab_copy.txt")
@@ -149,6 +153,7 @@ def test_saved_model_captures_the_tables(vocab, tmp_path):
         np.testing.assert_array_equal(got[k].numpy(), want[k].numpy())
 
 
+@pytest.mark.slow
 def test_identical_on_the_shared_english_corpus(vocab, corpora_dir):
     """Real documentation prose (identifiers, odd punctuation, long lines): the first lines of each file."""
     encoder = WordpieceEncoder(vocab)
