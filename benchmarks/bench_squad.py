@@ -86,9 +86,10 @@ def part_a(vocab: str, sp_model: str, path: str = SQUAD_LIKE) -> dict:
     examples = squad.read_squad_examples(path, with_negative=False)
     with open(path) as f:
         data = json.load(f)
-    gold = qp.gold_from_dataset(data)
-    gold_metrics = qp.squad_v1_metrics(gold, {q: answers[0] for q, answers in gold.items()})
-    print(f"[A] {path}: parsed {len(examples)} questions; official v1.1 metrics of the gold answers: "
+    gold = qp.gold_pairs_from_dataset(data)
+    gold_metrics = qp.squad_v1_metrics(gold, {q: answers[0] for q, answers in gold})
+    print(f"[A] {path}: parsed {len(examples)} questions ({len(set(q for q, _ in gold))} distinct ids); "
+          f"official v1.1 metrics of the gold answers over {gold_metrics['total']} questions: "
           f"EM {gold_metrics['exact_match']:.1f} F1 {gold_metrics['f1']:.1f}")
     result = {"questions": len(examples), "gold_em": gold_metrics["exact_match"], "gold_f1": gold_metrics["f1"]}
     encoders = {"wordpiece": (text_encoders.WordpieceEncoder(vocab), squad.wordpiece_features),

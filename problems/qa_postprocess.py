@@ -88,24 +88,33 @@ def _f1_v1(gold: str, pred: str) -> float:
     return 2 * precision * recall / (precision + recall)
 
 
-def gold_from_dataset(data: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> dict[str, list[str]]:
-    """{qas_id: [answer texts]} from a SQuAD json (the whole object or its "data" list)."""
+def gold_pairs_from_dataset(data: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> list[tuple[str, list[str]]]:
+    """(qas_id, [answer texts]) of every question of a SQuAD json (the object or its "data" list), in file
+    order, repeated ids kept (the v1.1 script scores every question it reads)."""
     articles = data["data"] if isinstance(data, Mapping) else data
-    return {qa["id"]: [a["text"] for a in qa.get("answers", [])]
-            for article in articles for para in article["paragraphs"] for qa in para["qas"]}
+    return [(qa["id"], [a["text"] for a in qa.get("answers", [])])
+            for article in articles for para in article["paragraphs"] for qa in para["qas"]]
 
 
-def squad_v1_metrics(gold: Mapping[str, Sequence[str]], predictions: Mapping[str, str]) -> dict[str, float]:
-    """evaluate-v1.1.py: {"exact_match", "f1"} in percent; a missing prediction scores 0."""
+def gold_from_dataset(data: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> dict[str, list[str]]:
+    """{qas_id: [answer texts]} (a repeated id keeps its last question, as the v2 script's dicts)."""
+    return dict(gold_pairs_from_dataset(data))
+
+
+def squad_v1_metrics(gold: Mapping[str, Sequence[str]] | Sequence[tuple[str, Sequence[str]]],
+                     predictions: Mapping[str, str]) -> dict[str, float]:
+    """evaluate-v1.1.py: {"exact_match", "f1"} in percent over every gold question (a dict, or (id, answers)
+    pairs in which a repeated id counts each time, as the script); a missing prediction scores 0."""
+    pairs = list(gold.items()) if isinstance(gold, Mapping) else list(gold)
     em = f1 = 0.0
-    for qid, answers in gold.items():
+    for qid, answers in pairs:
         if qid not in predictions:
             continue
         pred = predictions[qid]
         em += max((exact_score(a, pred) for a in answers), default=0)
         f1 += max((_f1_v1(a, pred) for a in answers), default=0.0)
-    total = max(len(gold), 1)
-    return {"exact_match": 100.0 * em / total, "f1": 100.0 * f1 / total, "total": len(gold)}
+    total = max(len(pairs), 1)
+    return {"exact_match": 100.0 * em / total, "f1": 100.0 * f1 / total, "total": len(pairs)}
 
 
 def v2_raw_scores(gold: Mapping[str, Sequence[str]], predictions: Mapping[str, str]
@@ -372,9 +381,9 @@ def evaluate_examples(examples: Sequence[Mapping[str, Any]], predictions: Mappin
     """Official v1.1 or v2.0 metrics of `predictions` against the examples' gold answers.
 
     The result always has "exact_match" and "f1" (percent); v2 adds the v2 script's keys."""
-    gold = {ex["qas_id"]: list(ex["answers"]) for ex in examples}
     if not with_negative:
-        return squad_v1_metrics(gold, predictions)
+        return squad_v1_metrics([(ex["qas_id"], list(ex["answers"])) for ex in examples], predictions)
+    gold = {ex["qas_id"]: list(ex["answers"]) for ex in examples}
     out = squad_v2_metrics(gold, predictions, null_odds or None)
     out["exact_match"] = out["exact"]
     return out

@@ -333,3 +333,26 @@ def test_xlnet_serving_features_rebuild_p_mask_and_cls_index_from_the_ids(sp):
                                     cols["segment_ids"].astype(np.int32))
     np.testing.assert_array_equal(served["p_mask"].numpy(), cols["p_mask"])
     np.testing.assert_array_equal(served["cls_index"].numpy(), cols["cls_index"])
+
+
+def test_squad_like_corpus_gold_scores_100_and_every_question_maps_back(corpora_dir, sp, tmp_path):
+    """The acceptance check of ../shared/corpora/qa/squad_like.json (benchmarks/bench_squad.py part A),
+    with small vocabularies learned from Emma: gold answers score 100; each question's windows map back
+    to text containing its answer, for both tokenizers."""
+    path = os.path.join(corpora_dir, "qa", "squad_like.json")
+    examples = squad.read_squad_examples(path, False)
+    gold = qp.gold_pairs_from_dataset(json.load(open(path)))
+    assert len(examples) == len(gold) > 0  # repeated ids are scored once per question, as evaluate-v1.1.py
+    m = qp.squad_v1_metrics(gold, {q: a[0] for q, a in gold})
+    assert m["exact_match"] == 100.0 and m["f1"] == 100.0 and m["total"] == len(examples)
+    vocab = text_encoders.build_wordpiece_vocab(iter(qa_fixtures.emma_lines()), vocab_size=2000,
+                                                out_file=str(tmp_path / "vocab.txt"))
+    for encoder, featurize in ((text_encoders.WordpieceEncoder(vocab), squad.wordpiece_features),
+                               (sp, squad.sentencepiece_features)):
+        for i, ex in enumerate(examples):
+            feats, entry = featurize(ex, i, encoder, 384, 128, 64, True)
+            null = [f.get("cls_index", 0) for f in feats]
+            texts = [qp.span_text(entry, side, f["start_positions"], f["end_positions"])
+                     for f, side, n in zip(feats, entry["features"], null) if f["start_positions"] != n]
+            answer = qp.normalize_answer(ex["answers"][0]["text"])
+            assert texts and all(answer in qp.normalize_answer(t) for t in texts), (ex["qas_id"], texts)
