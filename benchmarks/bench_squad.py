@@ -21,6 +21,8 @@ Part B (--finetune): an extractive QA set made from real text, then textrain-fin
   punctuation (a cloze question), the answer the replaced text at its offset in the context. Contexts of
   every 10th document form the dev set, the rest the training set (at most --max_train questions).
   Baselines, computed on the same dev set:
+  - "random candidate": a span of the question's answer type drawn at random (seed 0) from the context
+    spans not in the question;
   - "first candidate": the first span of the question's answer type (year / capitalised run) in the
     context that is not already in the question (no reading of the question beyond its wh-phrase);
   - "overlap rule" (for reference, not a learned model): the same, but in the context sentence sharing the
@@ -197,7 +199,9 @@ def _type_candidates(context: str, wh: str) -> list[tuple[int, int]]:
 
 def baselines(dev: dict) -> dict[str, float]:
     from problems import qa_postprocess as qp
-    first, overlap = {}, {}
+    import random
+    rng = random.Random(0)
+    first, overlap, chance = {}, {}, {}
     for para in dev["data"][0]["paragraphs"]:
         context = para["context"]
         sentences, pos = [], 0
@@ -211,11 +215,14 @@ def baselines(dev: dict) -> dict[str, float]:
             qwords = set(q.lower().split())
             cands = [(s, e) for s, e in _type_candidates(context, wh) if context[s:e] not in q]
             first[qa["id"]] = context[cands[0][0]:cands[0][1]] if cands else ""
+            pick = rng.choice(cands) if cands else (0, 0)
+            chance[qa["id"]] = context[pick[0]:pick[1]]
             best = max(sentences, key=lambda t: len(qwords & set(t[1].lower().split())))
             inside = [(s, e) for s, e in cands if best[0] <= s < best[0] + len(best[1])]
             overlap[qa["id"]] = context[inside[0][0]:inside[0][1]] if inside else first[qa["id"]]
     gold = qp.gold_from_dataset(dev)
-    return {"first candidate": qp.squad_v1_metrics(gold, first)["f1"],
+    return {"random candidate": qp.squad_v1_metrics(gold, chance)["f1"],
+            "first candidate": qp.squad_v1_metrics(gold, first)["f1"],
             "overlap rule": qp.squad_v1_metrics(gold, overlap)["f1"]}
 
 
