@@ -250,7 +250,7 @@ def finetune(model: str, work_dir: str, train_path: str, dev_path: str, vocab: s
               f"finetune.data_dir='{run_dir}/data'", f"finetune.model_dir='{run_dir}/model'", "finetune.seed=1"]
     cmd = ["nice", "-n", "10", sys.executable, "-m", "trainers.finetune", f"--gin_file=configs/{gin_file}",
            *[f"--gin_param={p}" for p in params]]
-    print("[B] $ nice -n 10 python3 -m trainers.finetune " + " ".join(f'"{c}"' if " " in c else c for c in cmd[5:]),
+    print("[B] $ nice -n 10 python3 -m trainers.finetune " + " ".join(f'"{c}"' if " " in c else c for c in cmd[6:]),
           flush=True)
     start = time.time()
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True,
