@@ -171,7 +171,7 @@ class GraphWordpieceTokenizer(tf.Module):
         longest = max(len(t[2:]) if t.startswith("##") else len(t) for t in vocab)
         self.max_piece_chars = max(1, min(longest, self.max_chars_per_word))
         classes, exc_cps, exc_flat, exc_starts_lens = unicode_tables()
-        self._classes = tf.constant(classes.astype(np.int32))
+        self._classes = tf.constant(classes)  # uint8: 1.1 MB in a SavedModel
         self._vocab = tf.lookup.StaticHashTable(
             tf.lookup.KeyValueTensorInitializer(tf.constant(list(vocab), tf.string),
                                                 tf.constant(list(vocab.values()), tf.int64)),
@@ -218,7 +218,7 @@ class GraphWordpieceTokenizer(tf.Module):
         chars = tf.strings.unicode_decode(text, "UTF-8", errors="replace", replacement_char=0xFFFD)
         rows = tf.cast(chars.value_rowids(), tf.int32)
         cp = chars.flat_values
-        cls = tf.gather(self._classes, cp)
+        cls = tf.cast(tf.gather(self._classes, cp), tf.int32)
         keep = tf.equal(cls & DROP, 0)
         cp, rows, cls = tf.boolean_mask(cp, keep), tf.boolean_mask(rows, keep), tf.boolean_mask(cls, keep)
         space = tf.not_equal(cls & SPACE, 0)
@@ -232,7 +232,7 @@ class GraphWordpieceTokenizer(tf.Module):
         if self.do_lower_case:
             cp, source = self._replace(cp)
             rows, word = tf.gather(rows, source), tf.gather(word, source)
-        cls = tf.gather(self._classes, cp)
+        cls = tf.cast(tf.gather(self._classes, cp), tf.int32)
         space = tf.not_equal(cls & SPACE, 0)
         punct = tf.not_equal(cls & PUNCT, 0)
         token_start = ~space & (punct | _shift_right(punct, False) | _shift_right(space, True)

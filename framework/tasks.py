@@ -12,8 +12,9 @@ Decisions:
   position in its input file), so output can be written in input order whatever the reader does.
 - `has_labels(split)` comes from the split's manifest: GLUE test files have no labels (the records hold
   label 0 there, as the originals write), and metrics on such a split would be meaningless.
-- Every metric a task reports is "higher is better" (accuracy, F1, MCC, correlations), so the best
-  checkpoint is the one with the largest `main_metric`.
+- Every `main_metric` is "higher is better" (accuracy, F1, MCC, Pearson, micro-F1), so the best
+  checkpoint is the one with the largest main metric (other reported values, e.g. regression's mse,
+  are there to read, not to select by).
 """
 from __future__ import annotations
 

@@ -59,6 +59,10 @@ Decisions:
   dev_matched, dev_mismatched, test_matched, test_mismatched) as ONE unshuffled shard each, so
   evaluation and prediction read them in file order (`shuffle_split`). A GLUE test file that is
   absent is skipped; train and dev are required.
+- Rows: GLUE rows need at least the header's column count (more are accepted: the originals read by
+  position); tsv_classification rows need exactly it. A bad row is an error naming file:line, or with
+  `--on_bad_row=skip` left out and logged (GLUE's QQP train.tsv has a few rows broken by a newline
+  inside a question; HF's processor skips them too).
 - Blank lines are skipped (and do not count in `example_index`); a UTF-8 byte-order mark before a
   header is dropped; labels are stripped of surrounding whitespace (texts are kept as they are).
 - The reading side follows the data: `bind_data(data_dir)` (called by `dataset`, `label_list`,
@@ -71,12 +75,12 @@ Decisions:
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from typing import ClassVar, Iterator, Sequence
 
 import numpy as np
 import tensorflow as tf
+from absl import logging
 
 from framework import corpus, metrics, records, text_encoders
 from framework.cli import UserError
@@ -87,6 +91,7 @@ from framework.tasks import FinetuneTask
 from framework.text_problems import is_dev_document
 
 TASK_TYPES = ("classification", "regression", "multilabel")
+BAD_ROW_POLICIES = ("error", "skip")
 TOKENIZERS = ("wordpiece", "sentencepiece")
 
 # XLNet classifier_utils.py segment ids.
@@ -164,6 +169,8 @@ class ClassificationHParams:
     uncased: bool = _setting(False, "SentencePiece: lower-case the text (uncased XLNet models).")
     max_seq_length: int = _setting(128, "Tokens per example, special tokens included.")
     on_bad_utf8: str = _setting("error", "Input bytes that are not UTF-8: error | replace | skip")
+    on_bad_row: str = _setting("error", "Fine-tuning tasks: a TSV row with a wrong column count: error | skip "
+                                        "(GLUE's QQP train.tsv has a few such rows: a question split by a newline).")
 
 
 @dataclasses.dataclass
@@ -211,16 +218,21 @@ class Columns:
 
 
 def read_tsv_rows(paths: Sequence[str], columns: Columns, on_bad_utf8: str = "error",
-                  num_columns: int | None = None) -> Iterator[Row]:
+                  num_columns: int | None = None, exact: bool = True, on_bad_row: str = "error") -> Iterator[Row]:
     """Rows of tab-separated files (no quoting, as run_classifier's csv reader with quotechar=None).
 
-    With a header the column count is the header's; without, `num_columns` (or the first row's).
-    A row with another count is an error naming file:line.
+    The expected column count is the header's; without a header, `num_columns` (or the first row's).
+    A row with fewer columns (or, when `exact`, more) is bad: an error naming file:line, or with
+    `on_bad_row="skip"` left out (counted and logged with the first places). GLUE readers pass
+    exact=False: the originals read columns by position and ignore extra ones.
     """
+    if on_bad_row not in BAD_ROW_POLICIES:
+        raise UserError(f"--on_bad_row={on_bad_row!r}: use {' or '.join(BAD_ROW_POLICIES)}")
     index = 0
     for path in paths:
         expected = num_columns
         first = True
+        skipped: list[int] = []
         for lineno, line in corpus.iter_lines(path, on_bad_utf8):
             if first and line.startswith("\ufeff"):
                 line = line[1:]
@@ -233,18 +245,22 @@ def read_tsv_rows(paths: Sequence[str], columns: Columns, on_bad_utf8: str = "er
                     expected = len(fields)
                     continue
                 expected = expected or len(fields)
-            if len(fields) != expected:
+            if len(fields) < expected or (exact and len(fields) > expected):
+                if on_bad_row == "skip":
+                    skipped.append(lineno)
+                    continue
                 raise UserError(f"{path}:{lineno}: {len(fields)} tab-separated columns, expected "
-                                f"{expected} (as the {'header' if columns.header else 'first row'}); "
-                                f"a tab inside a text field, or a truncated row?")
-            needed = [c for c in (columns.text_a, columns.text_b, columns.label) if c is not None]
-            if any(c >= len(fields) for c in needed):
-                raise UserError(f"{path}:{lineno}: {len(fields)} columns, but column {max(needed)} is read")
+                                f"{expected} (as the {'header' if columns.header else 'first row'}); a tab or "
+                                f"newline inside a text field, or a truncated row? (--on_bad_row=skip leaves "
+                                f"such rows out)")
             yield Row(index=index, text_a=fields[columns.text_a],
                       text_b=fields[columns.text_b] if columns.text_b is not None else None,
                       label=fields[columns.label].strip() if columns.label is not None else None,
                       where=f"{path}:{lineno}")
             index += 1
+        if skipped:
+            logging.warning("%s: skipped %d row(s) with a wrong column count (lines %s%s)", path, len(skipped),
+                            ", ".join(map(str, skipped[:5])), ", ..." if len(skipped) > 5 else "")
 
 
 # =============================================================================================== #
@@ -287,9 +303,9 @@ class ClassificationProblem(FinetuneTask, Problem):
         """Expected column count of a headerless file (None: the first row's)."""
         return None
 
-    def optional_splits(self) -> set[str]:
-        """Splits skipped (not an error) when their file is absent."""
-        return set()
+    def split_wanted(self, split: str) -> bool:
+        """Whether `split` is made (its input must then exist); default: every split."""
+        return True
 
     @property
     def task_type(self) -> str:  # type: ignore[override]
@@ -317,6 +333,9 @@ class ClassificationProblem(FinetuneTask, Problem):
             settings = manifest["settings"]
             names = {f.name for f in dataclasses.fields(self.hparams)}
             adopt = {k: settings[k] for k in self.DATA_SETTINGS if k in names and k in settings}
+            # The vocabulary the data was made with, unless this instance names one (export needs it).
+            adopt.update({k: settings[k] for k in ("vocab_file", "sp_model")
+                          if k in names and settings.get(k) and not getattr(self.hparams, k)})
             self.hparams = dataclasses.replace(self.hparams, **adopt)
             self._labels = list(settings["label_list"])
             self._index = None
@@ -417,16 +436,10 @@ class ClassificationProblem(FinetuneTask, Problem):
 
     # ------------------------------------------------------------------ generation side
     def dataset_splits(self) -> list[tuple[str, int]]:
-        out = []
-        for split in self.split_names():
-            try:
-                self.split_paths(split)
-            except UserError:
-                if split in self.optional_splits():
-                    continue
-                raise
-            out.append((split, self.train_shards if split == DatasetSplit.TRAIN else 1))
-        return out
+        splits = [s for s in self.split_names() if self.split_wanted(s)]
+        for split in splits:
+            self.split_paths(split)  # a wanted split's input must exist: an error naming it
+        return [(s, self.train_shards if s == DatasetSplit.TRAIN else 1) for s in splits]
 
     def shuffle_split(self, split: str) -> bool:
         return split == DatasetSplit.TRAIN
@@ -456,13 +469,20 @@ class ClassificationProblem(FinetuneTask, Problem):
     def after_split(self, data_dir: str, split: str, manifest: dict) -> None:
         manifest["has_labels"] = self.split_has_labels(split)
 
+    exact_columns: ClassVar[bool] = True  # a row must have exactly the header's column count
+
     def rows(self, split: str) -> Iterator[Row]:
         return read_tsv_rows(self.split_paths(split), self.split_columns(split), self.hparams.on_bad_utf8,
-                             num_columns=self.split_num_columns(split))
+                             num_columns=self.split_num_columns(split), exact=self.exact_columns,
+                             on_bad_row=self.hparams.on_bad_row)
 
     def generate_samples(self, data_dir: str, tmp_dir: str, split: str) -> Iterator[dict]:
         for row in self.rows(split):
             yield dataclasses.asdict(row)
+
+    def generate_encoded_samples(self, data_dir: str, tmp_dir: str, split: str) -> Iterator[dict]:
+        for row in self.rows(split):
+            yield self.encode_row(row, data_dir)
 
     def generate_shard(self, data_dir, tmp_dir, split, shard_id, num_shards, seed) -> Iterator[dict]:
         """Row i goes to shard i % num_shards (dev/test: one shard, in file order)."""
@@ -569,6 +589,7 @@ class GlueProblem(ClassificationProblem):
     """One GLUE task folder (`--glue_dir`); subclasses give `files` {split: GlueFile} and labels."""
 
     HParams: ClassVar[type] = GlueHParams
+    exact_columns = False  # extra columns are ignored, as the originals' processors read by position
     files: ClassVar[dict[str, GlueFile]] = {}
     regression: ClassVar[bool] = False
 
@@ -579,8 +600,11 @@ class GlueProblem(ClassificationProblem):
     def split_names(self) -> list[str]:
         return list(self.files)
 
-    def optional_splits(self) -> set[str]:
-        return {s for s in self.files if s.startswith(DatasetSplit.TEST)}
+    def split_wanted(self, split: str) -> bool:
+        """Train and dev always; a test file only when the folder has it (people often have only train/dev)."""
+        if not split.startswith(DatasetSplit.TEST) or not self.hparams.glue_dir:
+            return True
+        return tf.io.gfile.exists(os.path.join(self.hparams.glue_dir, self.files[split].name))
 
     def split_paths(self, split: str) -> list[str]:
         folder = self.hparams.glue_dir
@@ -717,8 +741,12 @@ class TsvClassification(ClassificationProblem):
 
     _FLAGS = {DatasetSplit.TRAIN: "train_file", DatasetSplit.EVAL: "dev_file", DatasetSplit.TEST: "test_file"}
 
-    def optional_splits(self) -> set[str]:
-        return {DatasetSplit.EVAL, DatasetSplit.TEST}
+    def split_wanted(self, split: str) -> bool:
+        """Train always; dev with --dev_file or --dev_fraction; test with --test_file."""
+        hp = self.hparams
+        if split == DatasetSplit.EVAL:
+            return bool(hp.dev_file) or hp.dev_fraction > 0
+        return split == DatasetSplit.TRAIN or bool(hp.test_file)
 
     def split_paths(self, split: str) -> list[str]:
         if split == DatasetSplit.EVAL and self.hparams.dev_fraction > 0:

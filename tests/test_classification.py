@@ -213,6 +213,25 @@ def test_glue_errors_name_the_flag_and_file(tmp_path, vocab):
         problem.generate_data(str(tmp_path / "d3"), "")
 
 
+def test_glue_qqp_broken_rows_error_or_skip_and_extra_columns_pass(tmp_path, vocab):
+    head = ["id", "qid1", "qid2", "question1", "question2", "is_duplicate"]
+    folder = tmp_path / "QQP"
+    # As in the real QQP train.tsv: a newline inside a question splits one row in two short rows.
+    train = _write(folder / "train.tsv", [head, ["1", "2", "3", "Who came?", "Emma.", "1"],
+                                          ["4", "5", "6", "Was it"], ["", "rain?", "0"],
+                                          ["7", "8", "9", "Why?", "Tea.", "0", "extra column"]])
+    _write(folder / "dev.tsv", [head, ["1", "2", "3", "Who?", "Emma.", "1"]])
+    hp = cls.GlueHParams(glue_dir=str(folder), vocab_file=vocab, max_seq_length=16)
+    with pytest.raises(UserError, match=rf"{train}:3: 4 tab-separated columns, expected 6 .*--on_bad_row=skip"):
+        registry.problem("qqp", hp).generate_data(str(tmp_path / "d1"), "")
+    problem = registry.problem("qqp", cls.GlueHParams(glue_dir=str(folder), vocab_file=vocab, max_seq_length=16,
+                                                      on_bad_row="skip"))
+    problem.generate_data(str(tmp_path / "d2"), "")
+    got = _read_all(problem, str(tmp_path / "d2"), "train")
+    # Two rows kept (the 7-column row too: GLUE readers take columns by position); indexes count kept rows.
+    assert sorted(zip(got["example_index"].tolist(), got["label_ids"].tolist())) == [(0, 1), (1, 0)]
+
+
 # ----------------------------------------------------------------------------------------------- #
 # eval-mode reading: every example once, in file order
 # ----------------------------------------------------------------------------------------------- #
@@ -367,15 +386,16 @@ def test_tsv_cli_errors_name_file_line_and_label(tmp_path, vocab):
                  f"--data_dir={tmp_path / 'd2'}")
     assert r.returncode == 1 and f"{bad}:3: 3 tab-separated columns, expected 2" in r.stderr
     assert not tf.io.gfile.glob(str(tmp_path / "d2" / "tsv_classification" / "*.manifest.json"))
+    # A --test_file that does not exist is an error naming it (not a silently absent split).
+    r = _datagen("--problem=tsv_classification", f"--train_file={train}", f"--test_file={tmp_path / 'nope.tsv'}",
+                 f"--vocab_file={vocab}", f"--data_dir={tmp_path / 'd5'}")
+    assert r.returncode == 1 and f"--test_file={tmp_path / 'nope.tsv'}: no file matches" in r.stderr
     # Bytes that are not UTF-8 name file:line.
     latin1 = tmp_path / "latin1.tsv"
     latin1.write_bytes(b"sentence\tlabel\ngood\tpos\nna\xefve\tneg\n")
     r = _datagen("--problem=tsv_classification", f"--train_file={latin1}", f"--vocab_file={vocab}",
                  f"--data_dir={tmp_path / 'd4'}")
     assert r.returncode == 1 and f"{latin1}:3: bytes that are not UTF-8" in r.stderr
-    # The vocabulary is required and named.
-    r = _datagen("--problem=tsv_classification", f"--train_file={train}", f"--data_dir={tmp_path / 'd3'}")
-    assert r.returncode == 1 and "--vocab_file is required" in r.stderr
 
 
 @pytest.mark.slow
@@ -419,3 +439,18 @@ def test_tsv_cli_single_given_labels_regression_multilabel(tmp_path, vocab):
     batch = next(iter(problem.eval_dataset(d, "dev", 8)))
     assert batch["label_ids"].numpy().tolist() == [[1, 1], [1, 0], [0, 0]]
     assert batch["input_ids"].shape == (3, 8) and problem.task_type == "multilabel" and problem.num_labels(d) == 2
+    assert problem.hparams.vocab_file == vocab  # the data's vocabulary, for export
+
+
+@pytest.mark.slow
+def test_glue_cli_mnli_writes_its_five_splits(tmp_path, vocab):
+    _glue_folders(tmp_path / "glue")
+    data = str(tmp_path / "data")
+    r = _datagen("--problem=mnli", f"--glue_dir={tmp_path / 'glue' / 'MNLI'}", f"--vocab_file={vocab}",
+                 "--max_seq_length=16", f"--data_dir={data}", "--num_workers=2")
+    assert r.returncode == 0, r.stderr
+    for split, count, labelled in (("train", 2, True), ("dev_matched", 1, True), ("dev_mismatched", 2, True),
+                                   ("test_matched", 1, False), ("test_mismatched", 1, False)):
+        manifest = json.load(open(os.path.join(data, "mnli", f"mnli-{split}.manifest.json")))
+        assert (manifest["num_examples"], manifest["has_labels"]) == (count, labelled), split
+        assert manifest["settings"]["label_list"] == ["contradiction", "entailment", "neutral"]

@@ -2,6 +2,7 @@
 records problems/classification.py writes, on real lines and on hand-written hard cases."""
 from __future__ import annotations
 
+import glob
 import gzip
 import itertools
 import os
@@ -154,17 +155,18 @@ def test_saved_model_captures_the_tables(vocab, tmp_path):
 
 
 @pytest.mark.slow
-def test_identical_on_the_shared_english_corpus(vocab, corpora_dir):
-    """Real documentation prose (identifiers, odd punctuation, long lines): the first lines of each file."""
-    encoder = WordpieceEncoder(vocab)
-    tokenizer = GraphWordpieceTokenizer(vocab)
+def test_identical_on_the_shared_corpora(corpora_dir, tmp_path):
+    """Real text: documentation prose (identifiers, odd punctuation, long lines) and Chinese (news, poems,
+    manuals): the first lines of every en/ and zh/ file, with a vocab learned from them, both casings."""
     texts = []
-    folder = os.path.join(corpora_dir, "en")
-    for name in sorted(os.listdir(folder)):
-        if name.endswith(".gz"):
-            with gzip.open(os.path.join(folder, name), "rt", encoding="utf-8") as f:
-                texts.extend(line.rstrip("\n") for line in itertools.islice(f, 200))
-    got = _encode_all(tokenizer, texts)
-    bad = [(t, g, encoder.encode(t)) for t, g in zip(texts, got) if g != encoder.encode(t)]
-    assert not bad, bad[:3]
-    assert len(texts) >= 2000
+    for folder, per_file in (("en", 150), ("zh", 200)):
+        for path in sorted(glob.glob(os.path.join(corpora_dir, folder, "*.gz"))):
+            with gzip.open(path, "rt", encoding="utf-8") as f:
+                texts.extend(line.rstrip("\n") for line in itertools.islice(f, per_file))
+    vocab = build_wordpiece_vocab(iter(texts), vocab_size=6000, out_file=str(tmp_path / "vocab.txt"))
+    for lower in (True, False):
+        encoder = WordpieceEncoder(vocab, do_lower_case=lower)
+        got = _encode_all(GraphWordpieceTokenizer(vocab, do_lower_case=lower), texts)
+        bad = [(t, g, encoder.encode(t)) for t, g in zip(texts, got) if g != encoder.encode(t)]
+        assert not bad, bad[:3]
+    assert len(texts) >= 4000
