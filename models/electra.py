@@ -509,16 +509,7 @@ class ElectraClassifier(ClassifierModel):
                       config_file: str | None = None, overrides: dict | None = None,
                       manifest: dict | None = None, task_name: str = "") -> "ElectraClassifier":
         """The fine-tuning entry (trainers/finetune.py): a size preset (default small) or a config json."""
-        settings = (manifest or {}).get("settings") or {}
-        if config_file:
-            config, source = ElectraConfig.from_json_file(config_file), config_file
-        else:
-            size = size or "small"
-            vocab_size = int(settings.get("vocab_size") or settings.get("inputs_vocab_size") or 30522)
-            config, source = ElectraConfig.preset(size, vocab_size=vocab_size), f"size {size} (vocab_size {vocab_size})"
-        if overrides:
-            config = dataclasses.replace(config, **overrides)
-        check_data_fits(config.discriminator_config(), manifest, source)
+        config = config_from_settings(size, config_file, overrides, manifest)
         return cls(config, num_labels=num_labels, task_type=task_type, task_name=task_name)
 
     @classmethod
@@ -529,6 +520,23 @@ class ElectraClassifier(ClassifierModel):
                                  size=_flag(flags, "model_size"),
                                  config_file=_flag(flags, "electra_config_file") or _flag(flags, "bert_config_file"),
                                  manifest=manifest, task_name=str(manifest.get("problem", "")) if manifest else "")
+
+
+def config_from_settings(size: str | None, config_file: str | None, overrides: dict | None,
+                         manifest: dict | None) -> ElectraConfig:
+    """A fine-tuning model's config (every ELECTRA fine-tuning head): a size preset (default small)
+    with the data's vocab size, or a config json; `overrides` replace fields. Refuses data it cannot embed."""
+    settings = (manifest or {}).get("settings") or {}
+    if config_file:
+        config, source = ElectraConfig.from_json_file(config_file), config_file
+    else:
+        size = size or "small"
+        vocab_size = int(settings.get("vocab_size") or settings.get("inputs_vocab_size") or 30522)
+        config, source = ElectraConfig.preset(size, vocab_size=vocab_size), f"size {size} (vocab_size {vocab_size})"
+    if overrides:
+        config = dataclasses.replace(config, **overrides)
+    check_data_fits(config.discriminator_config(), manifest, source)
+    return config
 
 
 # =============================================================================================== #

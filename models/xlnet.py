@@ -503,19 +503,7 @@ class XLNetClassifier(ClassifierModel):
                       manifest: dict | None = None, task_name: str = "") -> "XLNetClassifier":
         """The fine-tuning entry: a preset (base, large, tiny) or an xlnet_config.json, plus overrides
         (model keys and run settings such as dropout)."""
-        overrides = dict(overrides or {})
-        run = {k: overrides.pop(k) for k in list(overrides) if k not in MODEL_KEYS}
-        if config_file:
-            config = XLNetConfig.from_json(config_file, **run)
-            if overrides:
-                config = dataclasses.replace(config, **overrides)
-        else:
-            settings = (manifest or {}).get("settings") or {}
-            values = dict(PRESETS[size or "base"])
-            vocab = settings.get("vocab_size") or settings.get("n_token")
-            if vocab:
-                values["n_token"] = int(vocab)
-            config = XLNetConfig(**{**values, **overrides, **run})
+        config = config_from_settings(size, config_file, overrides, manifest)
         return cls(config, num_labels=num_labels, task_type=task_type, task_name=task_name)
 
     @classmethod
@@ -525,6 +513,23 @@ class XLNetClassifier(ClassifierModel):
         task_type = task_type_from_manifest(manifest)
         return cls(config, num_labels=num_labels_from_manifest(manifest, task_type), task_type=task_type,
                    task_name=str((manifest or {}).get("problem", "")))
+
+
+def config_from_settings(size: str | None, config_file: str | None, overrides: dict | None,
+                         manifest: dict | None) -> XLNetConfig:
+    """A fine-tuning model's config (every XLNet fine-tuning head): a preset (default base) with the
+    data's vocab size, or an xlnet_config.json; `overrides` may hold model keys and run settings."""
+    overrides = dict(overrides or {})
+    run = {k: overrides.pop(k) for k in list(overrides) if k not in MODEL_KEYS}
+    if config_file:
+        config = XLNetConfig.from_json(config_file, **run)
+        return dataclasses.replace(config, **overrides) if overrides else config
+    settings = (manifest or {}).get("settings") or {}
+    values = dict(PRESETS[size or "base"])
+    vocab = settings.get("vocab_size") or settings.get("n_token")
+    if vocab:
+        values["n_token"] = int(vocab)
+    return XLNetConfig(**{**values, **overrides, **run})
 
 
 # ----------------------------------------------------------------------------------------------

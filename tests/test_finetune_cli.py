@@ -80,9 +80,16 @@ def test_every_config_parses(path):
     gin.clear_config()
     try:
         ft.parse_gin([path], ["finetune.data_dir='d'", "finetune.model_dir='m'"])
-        is_task = os.path.basename(path).startswith(("glue_", "tsv_"))
-        value = gin.query_parameter("finetune.task" if is_task else "finetune.model")
-        assert value and (is_task or value.endswith("_classifier"))
+        from framework import registry
+
+        registry.import_builtins()
+        name = os.path.basename(path)
+        is_task = name.startswith(("glue_", "tsv_")) or name in ("squad_v1.gin", "squad_v2.gin", "race.gin")
+        if is_task:
+            assert gin.query_parameter("finetune.task") in registry.problems
+        else:  # a model file, alone or combined with a task file
+            model = gin.query_parameter("finetune.model")
+            assert model in registry.models and model.endswith(("_classifier", "_squad", "_race"))
     finally:
         gin.clear_config()
 

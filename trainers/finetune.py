@@ -312,6 +312,8 @@ def _model_outputs(result) -> Any:
 
 def task_metrics(problem, data_dir: str, split: str, result) -> dict:
     """The task's own metrics of one evaluated split (none for a split without labels)."""
+    if hasattr(problem, "metrics_from_outputs"):  # span QA: EM/F1 from every window's outputs (c-qa)
+        return dict(problem.metrics_from_outputs(data_dir, split, result.outputs))
     if not hasattr(problem, "compute_metrics") or "label_ids" not in result.outputs:
         return {}
     if hasattr(problem, "has_labels") and not problem.has_labels(data_dir, split):
@@ -338,6 +340,10 @@ def predict(strategy, model, problem, data_dir: str, model_dir: str, batch_size:
             log.warning("no %s records of %s: nothing to predict", split, problem.name)
             continue
         result = evaluate(strategy, model, eval_dataset_fn(problem, data_dir, split, batch_size), collect_outputs=True)
+        if hasattr(problem, "write_predictions"):  # span QA: run_squad.py's predictions.json & co (c-qa)
+            written[split] = problem.write_predictions(data_dir, split, result.outputs,
+                                                       os.path.join(model_dir, f"predict_{split}"))
+            continue
         tsv, jsonl = prediction_lines(result.outputs, labels)
         base = os.path.join(model_dir, f"predict_{split}")
         records.write_text_atomic(base + ".tsv", tsv)
