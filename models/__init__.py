@@ -1,2 +1,3 @@
-"""Built-in models; importing this package registers them (bert, bert_classifier, electra, xlnet)."""
-from models import bert, electra, xlnet  # noqa: F401
+"""Built-in models; importing this package registers them (bert, bert_classifier, electra, xlnet,
+transformer)."""
+from models import bert, electra, transformer, xlnet  # noqa: F401

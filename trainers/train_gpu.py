@@ -115,7 +115,27 @@ def optimizer_from_flags():
     return create_optimizer(
         FLAGS.learning_rate, FLAGS.num_train_steps, FLAGS.num_warmup_steps, optimizer=FLAGS.optimizer,
         weight_decay=FLAGS.weight_decay, decay=FLAGS.lr_decay, power=FLAGS.poly_power,
-        end_lr=FLAGS.learning_rate * FLAGS.min_lr_ratio, epsilon=FLAGS.adam_epsilon)
+        end_lr=FLAGS.learning_rate * FLAGS.min_lr_ratio, epsilon=FLAGS.adam_epsilon,
+        beta_1=FLAGS.adam_beta1, beta_2=FLAGS.adam_beta2, lr_hidden_size=FLAGS.lr_hidden_size)
+
+
+def apply_model_flag_defaults(model_cls: type) -> None:
+    """A model module's `trainer_flag_defaults(FLAGS)` (tensor2tensor: the hparams set carries the batch,
+    schedule and optimizer) sets every flag among them that the command line did not give."""
+    defaults = getattr(sys.modules[model_cls.__module__], "trainer_flag_defaults", None)
+    if defaults is None:
+        return
+    for name, value in defaults(FLAGS).items():
+        if not FLAGS[name].present:
+            FLAGS[name].value = value
+
+
+def data_params_from_flags():
+    """The reading knobs: batch (examples, or tokens with --batching=tokens), max_length, batching."""
+    from framework.problem import DataParams
+
+    return DataParams(batch_size=FLAGS.train_batch_size, seed=FLAGS.seed, max_length=FLAGS.max_length or 0,
+                      batching=FLAGS.batching)
 
 
 def main(argv: list[str]) -> None:
@@ -127,7 +147,7 @@ def main(argv: list[str]) -> None:
     import tensorflow as tf
 
     from framework import cli, registry
-    from framework.problem import DataParams, ModeKeys
+    from framework.problem import ModeKeys
     from trainers import core
 
     logging.getLogger("textrain").setLevel(logging.INFO)
@@ -146,8 +166,13 @@ def main(argv: list[str]) -> None:
         problem = problem_cls(problem_hparams_for_training(problem_cls, manifest))
     except ValueError as e:
         raise cli.UserError(str(e)) from None
-    build = model_builder(registry.models.get(FLAGS.model))
-    params = DataParams(batch_size=FLAGS.train_batch_size, seed=FLAGS.seed)
+    model_cls = registry.models.get(FLAGS.model)
+    try:
+        apply_model_flag_defaults(model_cls)
+    except ValueError as e:
+        raise cli.UserError(str(e)) from None
+    build = model_builder(model_cls)
+    params = data_params_from_flags()
 
     def dataset_fn(ctx: tf.distribute.InputContext) -> tf.data.Dataset:
         return problem.dataset(ModeKeys.TRAIN, FLAGS.data_dir, params, input_context=ctx)
