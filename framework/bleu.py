@@ -23,16 +23,13 @@ def tokenizer_for(target_language: str | None) -> str:
 
 
 def corpus_bleu(hypotheses: Sequence[str], references: Sequence[str], target_language: str | None = None):
-    """sacreBLEU's corpus BLEU (one reference per line); `.score` is 0-100, `str()` the full report."""
+    """sacreBLEU's corpus BLEU (one reference per line): `.score` is 0-100, `str()` the full report,
+    `.signature` sacreBLEU's signature of how it was computed."""
     import sacrebleu  # imported here: only decoding and evaluation need it
 
     if len(hypotheses) != len(references):
         raise ValueError(f"{len(hypotheses)} hypotheses but {len(references)} references")
-    return sacrebleu.metrics.BLEU(tokenize=tokenizer_for(target_language)).corpus_score(
-        list(hypotheses), [list(references)])
-
-
-def bleu_signature(target_language: str | None = None) -> str:
-    import sacrebleu
-
-    return str(sacrebleu.metrics.BLEU(tokenize=tokenizer_for(target_language)).get_signature())
+    metric = sacrebleu.metrics.BLEU(tokenize=tokenizer_for(target_language))
+    score = metric.corpus_score(list(hypotheses), [list(references)])
+    score.signature = str(metric.get_signature())
+    return score

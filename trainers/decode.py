@@ -203,7 +203,7 @@ def main(argv: list[str]) -> None:
         sys.stdout.flush()
     if references is not None:
         score = bleu.corpus_bleu(outputs, references, getattr(problem, "target_lang", None))
-        report = f"{score}\nsignature: {bleu.bleu_signature(getattr(problem, 'target_lang', None))}"
+        report = f"{score}\nsignature: {score.signature}"
         print(report, file=sys.stderr, flush=True)
         if FLAGS.decode_to_file:
             write_lines_atomic(FLAGS.decode_to_file + ".bleu", [report])
