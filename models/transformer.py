@@ -331,6 +331,10 @@ class Transformer(TrainableModel):
                         SymbolEmbedding(target_vocab_size, hp.hidden_size, name="softmax"))
         self.encoder_layers = [EncoderLayer(hp, f"encoder_layer_{i}") for i in range(hp.encoder_layers)]
         self.decoder_layers = [DecoderLayer(hp, f"decoder_layer_{i}") for i in range(hp.decoder_layers)]
+        # One attribute per layer as well: tf.train.Checkpoint does not follow Keras 3's list tracking, so
+        # layers held only in a list would be left out of checkpoints.
+        for layer in self.encoder_layers + self.decoder_layers:
+            setattr(self, layer.name, layer)
         self.encoder_norm = _layer_norm(hp, "encoder_norm")
         self.decoder_norm = _layer_norm(hp, "decoder_norm")
         self.dropout = tf.keras.layers.Dropout(hp.layer_prepostprocess_dropout)

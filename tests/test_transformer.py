@@ -61,6 +61,18 @@ def test_vocab_sharing_follows_the_manifest():
     assert len(shared.trainable_variables) == len(separate.trainable_variables) - 1
 
 
+def test_checkpoint_holds_every_variable(tmp_path):
+    """Layers kept in lists must reach tf.train.Checkpoint (Keras 3 list tracking does not)."""
+    model = tiny_model()
+    path = tf.train.Checkpoint(model=model).write(str(tmp_path / "ckpt"))
+    saved = [name for name, _ in tf.train.list_variables(path) if name.startswith("model/")]
+    assert len(saved) == len(model.trainable_variables)
+    other = tiny_model(seed=1)
+    tf.train.Checkpoint(model=other).read(path).assert_existing_objects_matched()
+    features = {"inputs": tf.constant([[3, 4, 1]]), "targets": tf.constant([[2, 1]])}
+    np.testing.assert_allclose(other(features).numpy(), model(features).numpy(), atol=1e-6)
+
+
 def test_timing_signal_is_sin_then_cos():
     signal = timing_signal(5, 8).numpy()
     inv = np.exp(np.arange(4) * -math.log(1e4) / 3)
