@@ -331,8 +331,9 @@ class Transformer(TrainableModel):
                         SymbolEmbedding(target_vocab_size, hp.hidden_size, name="softmax"))
         self.encoder_layers = [EncoderLayer(hp, f"encoder_layer_{i}") for i in range(hp.encoder_layers)]
         self.decoder_layers = [DecoderLayer(hp, f"decoder_layer_{i}") for i in range(hp.decoder_layers)]
-        # One attribute per layer as well: tf.train.Checkpoint does not follow Keras 3's list tracking, so
-        # layers held only in a list would be left out of checkpoints.
+        # One attribute per layer as well: TF's object graph does not follow Keras 3's list tracking, so
+        # layers held only in a list are reachable in a checkpoint only through the optimizer, and
+        # tf.train.Checkpoint(model=...) alone (decoding, averaging, init_checkpoint) would miss them.
         for layer in self.encoder_layers + self.decoder_layers:
             setattr(self, layer.name, layer)
         self.encoder_norm = _layer_norm(hp, "encoder_norm")

@@ -62,7 +62,8 @@ def test_vocab_sharing_follows_the_manifest():
 
 
 def test_checkpoint_holds_every_variable(tmp_path):
-    """Layers kept in lists must reach tf.train.Checkpoint (Keras 3 list tracking does not)."""
+    """Every variable is reachable from the model in the object graph (Keras 3 lists are not), so a
+    model-only tf.train.Checkpoint (decoding) saves and restores all of them."""
     model = tiny_model()
     path = tf.train.Checkpoint(model=model).write(str(tmp_path / "ckpt"))
     saved = [name for name, _ in tf.train.list_variables(path) if name.startswith("model/")]

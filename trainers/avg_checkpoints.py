@@ -7,8 +7,9 @@ Decisions:
 - Works on the checkpoint files alone, like t2t-avg-all: no model is built, so no model flags are needed.
   The checkpoints are those the trainer's CheckpointManager lists in `{model_dir}/checkpoint` (oldest
   to newest); the last N are read.
-- Every floating-point tensor of the model (keys under `model/` of the object-based checkpoint) is
-  averaged in float64 and stored in its own dtype; everything else (step, optimizer slots, the
+- Every floating-point variable of the model is averaged: those the checkpoint's object graph reaches
+  from its `model` root (found by walking the graph, not by key prefix: a variable is stored under its
+  shortest path, which may run through the optimizer rather than `model/`) is averaged in float64 and stored in its own dtype; everything else (step, optimizer slots, the
   checkpoint's object graph) is copied from the newest checkpoint, so the output is a complete
   checkpoint that textrain-decode (and tf.train.Checkpoint) reads like any other. It is for decoding:
   resuming training from it would pair averaged weights with the newest optimizer state.
@@ -49,8 +50,22 @@ def last_checkpoints(model_dir: str, n: int) -> list[str]:
     return paths[-n:]
 
 
-def _averaged(key: str, dtype) -> bool:
-    return key.startswith("model/") and dtype.is_floating
+def model_variable_keys(reader) -> set[str]:
+    """Checkpoint keys of every variable reachable from the root's `model` child in the object graph."""
+    from tensorflow.core.protobuf import trackable_object_graph_pb2
+
+    graph = trackable_object_graph_pb2.TrackableObjectGraph()
+    graph.ParseFromString(reader.get_tensor(OBJECT_GRAPH_KEY))
+    start = [c.node_id for c in graph.nodes[0].children if c.local_name == "model"]
+    seen, todo, keys = set(start), list(start), set()
+    while todo:
+        node = graph.nodes[todo.pop()]
+        keys.update(a.checkpoint_key for a in node.attributes if a.name == "VARIABLE_VALUE")
+        for child in node.children:
+            if child.node_id not in seen:
+                seen.add(child.node_id)
+                todo.append(child.node_id)
+    return keys
 
 
 def average_checkpoints(paths: list[str], output_dir: str) -> str:
@@ -63,9 +78,11 @@ def average_checkpoints(paths: list[str], output_dir: str) -> str:
     newest = tf.train.load_checkpoint(paths[-1])
     dtypes = newest.get_variable_to_dtype_map()
     shapes = newest.get_variable_to_shape_map()
-    sums = {k: newest.get_tensor(k).astype(np.float64) for k, d in dtypes.items() if _averaged(k, d)}
+    model_keys = model_variable_keys(newest)
+    sums = {k: newest.get_tensor(k).astype(np.float64) for k, d in dtypes.items()
+            if k in model_keys and d.is_floating}
     if not sums:
-        raise UserError(f"{paths[-1]} holds no model weights (keys under model/)")
+        raise UserError(f"{paths[-1]} holds no model weights (no variables under its `model` object)")
     for path in paths[:-1]:
         reader = tf.train.load_checkpoint(path)
         other = reader.get_variable_to_shape_map()
