@@ -26,6 +26,9 @@ setup(
         # HF tokenizers gives a Rust WordPiece that matches bert's FullTokenizer ids at >10x its speed
         # (benchmarks/bench_wordpiece.py); small wheel, no dependency on the full tensorflow wheel.
         "tokenizers>=0.15",
+        # BLEU as translation papers report it (detokenised text, its own 13a/zh tokenisers, a signature):
+        # textrain-decode --reference_file. Pure Python; installs nothing TensorFlow depends on.
+        "sacrebleu>=2.3",
     ],
     extras_require={
         "test": ["pytest>=7"],
@@ -41,6 +44,8 @@ setup(
             "textrain-train-gpu=trainers.train_gpu:run",
             "textrain-train-tpu=trainers.train_tpu:run",
             "textrain-finetune=trainers.finetune:run",
+            "textrain-decode=trainers.decode:run",
+            "textrain-avg-checkpoints=trainers.avg_checkpoints:run",
         ],
     },
 )

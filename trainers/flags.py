@@ -84,8 +84,13 @@ _OPTIMIZER_FLAGS = [
      ["adamw", "adam", "lamb"]),
     ("float", "weight_decay", 0.01, "Decoupled weight decay (not on LayerNorm/bias)."),
     ("float", "adam_epsilon", 1e-6, "Adam epsilon (1e-6 in BERT/ELECTRA; XLNet used 1e-8)."),
-    ("enum", "lr_decay", "linear", "Decay after warmup: linear | polynomial | cosine | constant.",
-     ["linear", "polynomial", "cosine", "constant"]),
+    ("enum", "lr_decay", "linear",
+     "Decay after warmup: linear | polynomial | cosine | constant | rsqrt_decay (tensor2tensor's "
+     "Transformer schedule: learning_rate * min(1, step/warmup) * rsqrt(max(step, warmup)) * rsqrt(--lr_hidden_size)).",
+     ["linear", "polynomial", "cosine", "constant", "rsqrt_decay"]),
+    ("integer", "lr_hidden_size", 0, "rsqrt_decay: the hidden size of t2t's rsqrt_hidden_size factor (0: none)."),
+    ("float", "adam_beta1", 0.9, "Adam beta1."),
+    ("float", "adam_beta2", 0.999, "Adam beta2 (tensor2tensor's Transformer: 0.997)."),
     ("float", "poly_power", 1.0, "Power of the polynomial decay."),
     ("float", "min_lr_ratio", 0.0, "End learning rate as a fraction of the peak (XLNet's name)."),
     ("float", "layerwise_lr_decay", 1.0, "Per-layer LR decay (ELECTRA fine-tuning); 1 disables it."),
@@ -152,8 +157,38 @@ _ELECTRA_FLAGS = [  # google-research/electra configure_pretraining.py
     ("string", "electra_config_file", None, "ELECTRA discriminator config JSON (BERT format)."),
 ]
 
+_T2T_FLAGS = [  # tensor2tensor t2t-trainer; the transformer's hparams set gives defaults to flags not given
+    ("string", "hparams_set", None, "Named hyper-parameter set (transformer_tiny|small|base|big); "
+     "it also sets the trainer flags you do not give (batch, schedule, Adam)."),
+    ("string", "hparams", "", "Comma-separated name=value overrides of the set, e.g. 'hidden_size=256,num_hidden_layers=2'."),
+    ("integer", "max_length", None, "Variable-length problems: examples longer than this (tokens) are dropped; "
+     "with --batching=fixed|tokens_fixed every batch is padded to it."),
+    ("enum", "batching", "auto",
+     "auto (the problem's) | bucket | fixed | pack | tokens (--train_batch_size in tokens, t2t length buckets) | "
+     "tokens_fixed (TPU: train_batch_size // max_length examples padded to max_length).",
+     ["auto", "bucket", "fixed", "pack", "tokens", "tokens_fixed"]),
+]
+
 ALL_FLAG_GROUPS = (_RUN_FLAGS, _BERT_RUN_FLAGS, _TPU_FLAGS, _OPTIMIZER_FLAGS, _LOOP_FLAGS, _XLNET_FLAGS,
-                   _ELECTRA_FLAGS)
+                   _ELECTRA_FLAGS, _T2T_FLAGS)
+
+
+_DECODE_FLAGS = [  # tensor2tensor t2t-decoder (its --decode_hparams beam_size/alpha/batch_size/extra_length)
+    ("string", "checkpoint_path", None, "Checkpoint to decode with (default: the latest in --model_dir)."),
+    ("string", "decode_from_file", None, "Source sentences, one per line (default: stdin)."),
+    ("string", "decode_to_file", None, "Where the translations go, one per line (default: stdout)."),
+    ("string", "reference_file", None, "Reference translations, one per line: report sacreBLEU against them."),
+    ("integer", "beam_size", None, "Beam width; 1 = greedy (default: the hparams set's, 4)."),
+    ("float", "alpha", None, "Length penalty exponent of ((5+len)/6)^alpha (default: the hparams set's, 0.6)."),
+    ("integer", "decode_batch_size", 32, "Sentences decoded together."),
+    ("integer", "extra_length", None, "Decode at most input length + this many tokens (default: the set's, 100)."),
+]
+
+
+def define_decode_flags() -> None:
+    """The decoder's own flags (textrain-decode), beside the run flags it shares with the trainers."""
+    for kind, name, default, help_text in _DECODE_FLAGS:
+        _define(kind, name, default, help_text)
 
 
 def define_trainer_flags() -> None:

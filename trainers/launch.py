@@ -134,7 +134,19 @@ def optimizer_from_flags(model=None):
         FLAGS.learning_rate, FLAGS.num_train_steps, FLAGS.num_warmup_steps, optimizer=FLAGS.optimizer,
         weight_decay=FLAGS.weight_decay, decay=FLAGS.lr_decay, power=FLAGS.poly_power,
         end_lr=FLAGS.learning_rate * FLAGS.min_lr_ratio, epsilon=FLAGS.adam_epsilon,
-        layerwise_lr_decay=FLAGS.layerwise_lr_decay, depth_fn=depth_fn, top_depth=top_depth)
+        layerwise_lr_decay=FLAGS.layerwise_lr_decay, depth_fn=depth_fn, top_depth=top_depth,
+        beta_1=FLAGS.adam_beta1, beta_2=FLAGS.adam_beta2, lr_hidden_size=FLAGS.lr_hidden_size)
+
+
+def apply_model_flag_defaults(model_cls: type) -> None:
+    """A model module's `trainer_flag_defaults(FLAGS)` (tensor2tensor: the hparams set carries the batch,
+    schedule and optimizer) sets every flag among them that the command line did not give."""
+    defaults = getattr(sys.modules[model_cls.__module__], "trainer_flag_defaults", None)
+    if defaults is None:
+        return
+    for name, value in defaults(FLAGS).items():
+        if not FLAGS[name].present:
+            FLAGS[name].value = value
 
 
 def data_seed(model_dir: str, seed: int | None, pipeline_id: int) -> int:
@@ -187,10 +199,16 @@ def run_training(prog: str, strategy, *, data_params: dict | None = None,
         problem = problem_cls(problem_hparams_for_training(problem_cls, manifest))
     except ValueError as e:
         raise cli.UserError(str(e)) from None
-    build = model_builder(registry.models.get(FLAGS.model))
-    params = DataParams(batch_size=FLAGS.train_batch_size,
-                        seed=data_seed(FLAGS.model_dir, FLAGS.seed, context.input_pipeline_id),
-                        **(data_params or {}))
+    model_cls = registry.models.get(FLAGS.model)
+    try:
+        apply_model_flag_defaults(model_cls)
+    except ValueError as e:
+        raise cli.UserError(str(e)) from None
+    build = model_builder(model_cls)
+    # The reading knobs: batch (examples, or tokens with --batching=tokens), max_length, batching.
+    reading = dict(batch_size=FLAGS.train_batch_size, max_length=FLAGS.max_length or 0, batching=FLAGS.batching,
+                   seed=data_seed(FLAGS.model_dir, FLAGS.seed, context.input_pipeline_id))
+    params = DataParams(**{**reading, **(data_params or {})})
 
     def dataset_fn(ctx: tf.distribute.InputContext) -> tf.data.Dataset:
         ds = problem.dataset(ModeKeys.TRAIN, FLAGS.data_dir, params, input_context=ctx)

@@ -20,6 +20,10 @@ Decisions:
 - Schedules: linear warmup from 0 to the peak, then polynomial (power 1 = linear) or cosine decay to
   `end_lr`. By default, as BERT/ELECTRA, the decay runs over the whole `num_train_steps` and warmup
   overrides its start; `offset_warmup=True` starts the decay at the end of warmup (XLNet).
+- `rsqrt_decay` is tensor2tensor's Transformer schedule `constant*linear_warmup*rsqrt_decay*rsqrt_hidden_size`:
+  lr(step) = peak * min(1, step / warmup) * rsqrt(max(step, warmup)) * rsqrt(hidden) (the hidden factor
+  only when `hidden_size` is given), where `peak` is t2t's learning_rate_constant (2.0). It peaks at
+  step = warmup at peak / sqrt(warmup * hidden) and falls as 1/sqrt(step); `num_train_steps` plays no part.
 - Layer-wise LR decay: `layerwise_lr_multipliers` gives each variable `decay ** (top - depth(var))`;
   the optimizer multiplies the scheduled LR by it (ELECTRA's `_get_layer_lrs` depths: embeddings 0,
   encoder layer_N N+1, task heads n_layers+2 — see `electra_depth_fn`).
@@ -40,6 +44,25 @@ DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY = ("LayerNorm", "layer_norm", "bias")
 
 
 # ----------------------------------------------------------------------------------------- schedules
+class RsqrtDecaySchedule:
+    """tensor2tensor's `constant*linear_warmup*rsqrt_decay[*rsqrt_hidden_size]` (see the module docstring)."""
+
+    def __init__(self, constant: float, num_warmup_steps: int, hidden_size: int = 0):
+        if num_warmup_steps <= 0:
+            raise ValueError(f"rsqrt_decay needs num_warmup_steps > 0 (got {num_warmup_steps})")
+        self.constant = float(constant)
+        self.num_warmup_steps = int(num_warmup_steps)
+        self.hidden_size = int(hidden_size)
+
+    def __call__(self, step) -> tf.Tensor:
+        step = tf.cast(step, tf.float32)
+        warmup = float(self.num_warmup_steps)
+        lr = self.constant * tf.minimum(1.0, step / warmup) * tf.math.rsqrt(tf.maximum(step, warmup))
+        if self.hidden_size > 0:
+            lr *= self.hidden_size ** -0.5
+        return lr
+
+
 class WarmupDecaySchedule:
     """Learning rate as a function of the (int) optimizer step.
 
@@ -330,13 +353,19 @@ def create_optimizer(init_lr: float, num_train_steps: int, num_warmup_steps: int
                      beta_1: float = 0.9, beta_2: float = 0.999, epsilon: float = 1e-6,
                      layerwise_lr_decay: float = 1.0, depth_fn: Callable[[object], int] | None = None,
                      top_depth: int | None = None,
-                     exclude_from_weight_decay: Sequence[str] = DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY) -> Optimizer:
+                     exclude_from_weight_decay: Sequence[str] = DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY,
+                     lr_hidden_size: int = 0) -> Optimizer:
     """An unbuilt optimizer with a warmup + decay schedule (call `.build(variables)` in the strategy scope).
 
     Layer-wise LR decay is on when `layerwise_lr_decay != 1`; it then needs `depth_fn(var) -> int`.
+    decay="rsqrt_decay" is tensor2tensor's schedule with `init_lr` as its constant and `lr_hidden_size`
+    (0: no hidden-size factor).
     """
-    schedule = WarmupDecaySchedule(init_lr, num_train_steps, num_warmup_steps, decay=decay, power=power,
-                                   end_lr=end_lr, offset_warmup=offset_warmup)
+    if decay == "rsqrt_decay":
+        schedule = RsqrtDecaySchedule(init_lr, num_warmup_steps, lr_hidden_size)
+    else:
+        schedule = WarmupDecaySchedule(init_lr, num_train_steps, num_warmup_steps, decay=decay, power=power,
+                                       end_lr=end_lr, offset_warmup=offset_warmup)
     multipliers = None
     if layerwise_lr_decay != 1.0:
         if depth_fn is None:

@@ -12,6 +12,10 @@ Decisions:
 - `attention_mask` is 1 = may attend, 0 = may not; `[batch, key_len]` (padding) or
   `[batch, query_len, key_len]` (causal, two-stream, cross). It is never named `mask`, which
   Keras reserves for its own masking.
+- Incremental decoding (models/transformer.py) passes keys and values it already projected
+  (`key_value=`, from `project_key_value`), so a decoder step projects only its new position and the
+  encoder output is projected once per sentence. `use_bias=False` and `kernel_initializer` give
+  tensor2tensor's attention (no biases, Glorot-uniform) with the same code.
 """
 from __future__ import annotations
 
@@ -42,18 +46,19 @@ class MultiHeadAttention(tf.keras.layers.Layer):
     """`[B, Lq, H]` (and optional `[B, Lk, H]` memory) -> `[B, Lq, H]`, output projection included."""
 
     def __init__(self, hidden_size: int, num_heads: int, attention_dropout: float = 0.1,
-                 initializer_range: float = 0.02, name: str = "attention", **kwargs):
+                 initializer_range: float = 0.02, name: str = "attention", use_bias: bool = True,
+                 kernel_initializer: tf.keras.initializers.Initializer | None = None, **kwargs):
         super().__init__(name=name, **kwargs)
         if hidden_size % num_heads:
             raise ValueError(f"hidden_size {hidden_size} is not a multiple of num_attention_heads {num_heads}")
         self.hidden_size = hidden_size
         self.num_heads = num_heads
         self.head_size = hidden_size // num_heads
-        init = truncated_normal(initializer_range)
+        init = kernel_initializer or truncated_normal(initializer_range)
 
         def dense(layer_name: str) -> tf.keras.layers.Dense:
-            return Dense(hidden_size, kernel_initializer=init, name=layer_name,
-                                         dtype=self.dtype_policy)
+            return Dense(hidden_size, kernel_initializer=init, name=layer_name, use_bias=use_bias,
+                         dtype=self.dtype_policy)
 
         self.query = dense("query")
         self.key = dense("key")
@@ -73,13 +78,20 @@ class MultiHeadAttention(tf.keras.layers.Layer):
         x = tf.reshape(x, [shape[0], shape[1], self.num_heads, self.head_size])
         return tf.transpose(x, [0, 2, 1, 3])
 
+    def project_key_value(self, memory: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        """`[B, Lk, H]` -> keys and values `[B, heads, Lk, head_size]` (what a decoding cache holds)."""
+        return self._split_heads(self.key(memory)), self._split_heads(self.value(memory))
+
     def call(self, inputs: tf.Tensor, memory: tf.Tensor | None = None,
              attention_mask: tf.Tensor | None = None, training: bool = False,
-             return_probs: bool = False):
-        memory = inputs if memory is None else tf.cast(memory, inputs.dtype)
+             return_probs: bool = False, key_value: tuple[tf.Tensor, tf.Tensor] | None = None):
+        """`key_value`: keys and values already projected (`project_key_value`); `memory` is then unused."""
         q = self._split_heads(self.query(inputs)) * tf.cast(1.0 / math.sqrt(self.head_size), inputs.dtype)
-        k = self._split_heads(self.key(memory))
-        v = self._split_heads(self.value(memory))
+        if key_value is None:
+            memory = inputs if memory is None else tf.cast(memory, inputs.dtype)
+            k, v = self.project_key_value(memory)
+        else:
+            k, v = (tf.cast(t, inputs.dtype) for t in key_value)
         scores = tf.matmul(q, k, transpose_b=True)  # [B, heads, Lq, Lk]
         probs = masked_softmax(tf.cast(scores, tf.float32), expand_attention_mask(attention_mask))
         probs = self.dropout(tf.cast(probs, v.dtype), training=training)
