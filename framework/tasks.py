@@ -24,8 +24,32 @@ from typing import ClassVar
 import numpy as np
 import tensorflow as tf
 
-from framework import records
+from framework import records, text_encoders
+from framework.cli import UserError
 from framework.problem import DataParams, ModeKeys
+
+
+def pretrained_encoder(hparams) -> text_encoders.WordpieceEncoder | text_encoders.SentencePieceEncoder:
+    """The PRETRAINED model's tokenizer that every task problem encodes with, from its settings
+    `tokenizer` (wordpiece | sentencepiece), `vocab_file` + `do_lower_case` or `sp_model` + `uncased`.
+    A missing, absent or unusable file is a UserError naming the flag."""
+    wordpiece = hparams.tokenizer == "wordpiece"
+    flag, path = ("vocab_file", hparams.vocab_file) if wordpiece else ("sp_model", hparams.sp_model)
+    if not path:
+        raise UserError(f"--{flag} is required with --tokenizer={hparams.tokenizer}: a fine-tune uses the "
+                        f"PRETRAINED model's vocabulary (its {'vocab.txt' if wordpiece else 'spiece.model'})")
+    if not tf.io.gfile.exists(path):
+        raise UserError(f"--{flag}={path} does not exist")
+    try:
+        if not wordpiece:
+            return text_encoders.SentencePieceEncoder(path, uncased=hparams.uncased)
+        encoder = text_encoders.WordpieceEncoder(path, do_lower_case=hparams.do_lower_case)
+    except text_encoders.EncoderError as e:
+        raise UserError(f"--{flag}: {e}") from None
+    missing = [t for t in ("[CLS]", "[SEP]") if t not in encoder.special_ids]
+    if missing:
+        raise UserError(f"--vocab_file={path} lacks {' and '.join(missing)}")
+    return encoder
 
 
 class FinetuneTask:

@@ -87,7 +87,7 @@ from framework.cli import UserError
 from framework.flags import help_text
 from framework.problem import DatasetSplit, Problem
 from framework.registry import register_problem
-from framework.tasks import FinetuneTask
+from framework.tasks import FinetuneTask, pretrained_encoder
 from framework.text_problems import is_dev_document
 
 TASK_TYPES = ("classification", "regression", "multilabel")
@@ -392,19 +392,7 @@ class ClassificationProblem(FinetuneTask, Problem):
 
     def encoder(self):
         if self._encoder is None:
-            hp = self.hparams
-            try:
-                if hp.tokenizer == "wordpiece":
-                    enc = text_encoders.WordpieceEncoder(hp.vocab_file, do_lower_case=hp.do_lower_case)
-                    missing = [t for t in ("[CLS]", "[SEP]") if t not in enc.special_ids]
-                    if missing:
-                        raise UserError(f"--vocab_file={hp.vocab_file} lacks {' and '.join(missing)}")
-                else:
-                    enc = text_encoders.SentencePieceEncoder(hp.sp_model, uncased=hp.uncased)
-            except text_encoders.EncoderError as e:
-                flag = "vocab_file" if hp.tokenizer == "wordpiece" else "sp_model"
-                raise UserError(f"--{flag}: {e}") from None
-            self._encoder = enc
+            self._encoder = pretrained_encoder(self.hparams)
         return self._encoder
 
     def feature_encoders(self, data_dir: str) -> dict:

@@ -30,7 +30,7 @@ from framework import text_encoders
 from framework.flags import help_text
 from framework.problem import DatasetSplit, Problem
 from framework.registry import register_problem
-from framework.tasks import FinetuneTask
+from framework.tasks import FinetuneTask, pretrained_encoder
 
 SEG_A, SEG_B, SEG_CLS, SEG_PAD = 0, 1, 2, 3
 LEVELS = ("middle", "high")
@@ -123,15 +123,7 @@ class Race(FinetuneTask, Problem):
 
     def encoder(self):
         if self._encoder is None:
-            hp = self.hparams
-            if hp.tokenizer == "wordpiece":
-                if not hp.vocab_file:
-                    raise ValueError("--vocab_file is required with --tokenizer=wordpiece")
-                self._encoder = text_encoders.WordpieceEncoder(hp.vocab_file, do_lower_case=hp.do_lower_case)
-            else:
-                if not hp.sp_model:
-                    raise ValueError("--sp_model is required with --tokenizer=sentencepiece")
-                self._encoder = text_encoders.SentencePieceEncoder(hp.sp_model, uncased=hp.uncased)
+            self._encoder = pretrained_encoder(self.hparams)
         return self._encoder
 
     def feature_encoders(self, data_dir: str) -> dict:

@@ -56,7 +56,7 @@ from framework import records, text_encoders
 from framework.flags import help_text
 from framework.problem import DatasetSplit, ModeKeys, Problem
 from framework.registry import register_problem
-from framework.tasks import FinetuneTask
+from framework.tasks import FinetuneTask, pretrained_encoder
 from problems import qa_postprocess
 
 SEG_ID_P, SEG_ID_Q, SEG_ID_CLS, SEG_ID_PAD = 0, 1, 2, 3
@@ -500,15 +500,7 @@ class SquadProblem(FinetuneTask, Problem):
 
     def encoder(self):
         if self._encoder is None:
-            hp = self.hparams
-            if hp.tokenizer == "wordpiece":
-                if not hp.vocab_file:
-                    raise ValueError("--vocab_file is required with --tokenizer=wordpiece (the model's vocab.txt)")
-                self._encoder = text_encoders.WordpieceEncoder(hp.vocab_file, do_lower_case=hp.do_lower_case)
-            else:
-                if not hp.sp_model:
-                    raise ValueError("--sp_model is required with --tokenizer=sentencepiece")
-                self._encoder = text_encoders.SentencePieceEncoder(hp.sp_model, uncased=hp.uncased)
+            self._encoder = pretrained_encoder(self.hparams)
         return self._encoder
 
     def feature_encoders(self, data_dir: str) -> dict:
