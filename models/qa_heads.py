@@ -427,11 +427,24 @@ def choice_terms(logits: tf.Tensor, features: dict[str, tf.Tensor]) -> tuple[dic
     return {"choice": Term(tf.reduce_sum(ce * weights), count)}, {"accuracy": Term(tf.reduce_sum(hit * weights), count)}
 
 
-@register_model(name="bert_race")
-class BertRace(QAModel):
-    """BERT multiple choice: pooled output of each (article, question + option) row -> one logit."""
+class ChoiceModel(QAModel):
+    """Multiple choice: `call` gives one logit per option [B, num_choices]; softmax over the options."""
 
     task_type = "multiple_choice"
+
+    def step_output(self, features, state, training) -> StepOutput:
+        losses, metrics = choice_terms(self(features, training=training), features)
+        return StepOutput(losses, metrics, state if state is not None else {})
+
+    def predict_outputs(self, features) -> dict[str, tf.Tensor]:
+        logits = self(features, training=False)
+        return {"logits": logits, "probabilities": tf.nn.softmax(logits)}
+
+
+@register_model(name="bert_race")
+class BertRace(ChoiceModel):
+    """BERT multiple choice: pooled output of each (article, question + option) row -> one logit."""
+
     encoder_attribute = "bert"
     tf1_allow_unexpected = (r"^cls/",)
 
@@ -453,14 +466,6 @@ class BertRace(QAModel):
         _, pooled = self.bert(*rows, training=training)
         return tf.reshape(self.scorer(self.dropout(pooled, training=training)), [-1, c])
 
-    def step_output(self, features, state, training) -> StepOutput:
-        losses, metrics = choice_terms(self(features, training=training), features)
-        return StepOutput(losses, metrics, state if state is not None else {})
-
-    def predict_outputs(self, features) -> dict[str, tf.Tensor]:
-        logits = self(features, training=False)
-        return {"logits": logits, "probabilities": tf.nn.softmax(logits)}
-
     def tf1_variable_map(self, include_head: bool = True) -> dict[str, tf.Variable]:
         names = self.bert.tf1_variable_map("bert")
         if include_head:
@@ -475,10 +480,9 @@ class BertRace(QAModel):
 
 
 @register_model(name="xlnet_race")
-class XLNetRace(QAModel):
+class XLNetRace(ChoiceModel):
     """XLNet multiple choice as run_race.py: last state (<cls>) -> summary projection -> logits/dense."""
 
-    task_type = "multiple_choice"
     encoder_attribute = "transformer"
     tf1_allow_unexpected = (r"^model/lm_loss/",)
     lr_decay_style = "xlnet"
@@ -503,14 +507,6 @@ class XLNetRace(QAModel):
         if training and self.config.dropout > 0:
             x = tf.nn.dropout(x, rate=self.config.dropout)
         return tf.reshape(self.logits_dense(x), [-1, c])
-
-    def step_output(self, features, state, training) -> StepOutput:
-        losses, metrics = choice_terms(self(features, training=training), features)
-        return StepOutput(losses, metrics, state if state is not None else {})
-
-    def predict_outputs(self, features) -> dict[str, tf.Tensor]:
-        logits = self(features, training=False)
-        return {"logits": logits, "probabilities": tf.nn.softmax(logits)}
 
     def tf1_variable_map(self, include_head: bool = True) -> dict[str, tf.Variable]:
         names = self.transformer.tf1_variable_map("model/transformer")
