@@ -13,11 +13,13 @@ and tests/test_original_flags.py checks that the two agree.
 
 Decisions:
 - Which original a line comes from is recognised by its flags (`ORIGINALS[...].signature`: e.g.
-  `--output_file` is create_pretraining_data.py, `--record_info_dir` is XLNet's train_gpu.py, `--hparams`
-  ELECTRA's run_pretraining.py). Only that original's aliases apply, so a name that means different
-  things in two originals (`--input_file`: text for create_pretraining_data.py, a record glob for
-  run_pretraining.py; `--num_core_per_host`) is translated as its script meant it. A line with none of
-  the signatures is ours and passes unchanged.
+  `--output_file` is create_pretraining_data.py, `--record_info_dir` is XLNet's train_gpu.py,
+  `--data-dir`/`--model-name` (both required there) ELECTRA's run_pretraining.py). `--hparams` alone is
+  no signature: it is also tensor2tensor's comma-list override, which our trainers take as t2t-trainer
+  does. Only that original's aliases apply, so a name that means different things in two originals
+  (`--input_file`: text for create_pretraining_data.py, a record glob for run_pretraining.py;
+  `--num_core_per_host`) is translated as its script meant it. A line with none of the signatures is
+  ours and passes unchanged.
 - `--problem` and `--model` are added (bert_pretrain/bert, xlnet_pretrain/xlnet, electra_pretrain/electra)
   unless given.
 - The original's own defaults for settings whose default differs from ours (XLNet's learning rate 1e-4,
@@ -80,7 +82,7 @@ ORIGINALS = {
          "--train_batch_size=16", "--num_train_steps=100000", "--log_steps=1000", "--save_checkpoints_steps=1000",
          "--mem_len=0")),
     "electra/run_pretraining.py": Original(
-        "electra/run_pretraining.py", TRAIN, ("hparams", "data-dir", "model-name"), "electra_pretrain", "electra",
+        "electra/run_pretraining.py", TRAIN, ("data-dir", "model-name"), "electra_pretrain", "electra",
         ("--learning_rate=5e-4", "--lr_decay=polynomial", "--poly_power=1.0", "--weight_decay=0.01",
          "--num_warmup_steps=10000", "--iterations_per_loop=200", "--save_checkpoints_steps=1000",
          "--num_train_steps=1000000", "--max_eval_steps=100", "--model_size=small", "--train_batch_size=128",

@@ -137,6 +137,10 @@ def test_our_own_lines_pass_unchanged():
             "--bert_config_file=c.json", "--input_file=corpus.txt"]
     assert fa.translate_argv(argv[:6], fa.TRAIN) == argv[:6]
     assert fa.translate_argv(argv, fa.DATAGEN) == argv  # --input_file is text for datagen: ours too
+    # t2t-trainer's --hparams (a comma list) is ours too: it alone does not make a line ELECTRA's.
+    t2t = ["prog", "--problem=translate_enzh_sub8k", "--model=transformer", "--hparams_set=transformer_tiny",
+           "--hparams=hidden_size=32,num_heads=2", "--data_dir=d", "--model_dir=m"]
+    assert fa.translate_argv(t2t, fa.TRAIN) == t2t
 
 
 @pytest.mark.parametrize("preset", sorted(glob.glob(os.path.join(REPO, "configs", "*.flags"))),

@@ -142,6 +142,16 @@ def test_cli_requires_its_flags():
     assert proc.returncode != 0 and "--data_dir" in proc.stderr and "--model_dir" in proc.stderr
 
 
+def test_cli_refuses_t2t_hparams_for_a_model_without_an_hparams_set(toy_data, tmp_path):
+    usr, data = toy_data
+    proc = subprocess.run(_train_cmd(usr, data, str(tmp_path / "run"), '--hparams={"num_train_steps": 3}'),
+                          cwd=REPO, env=_env(), capture_output=True, text=True, timeout=240)
+    assert proc.returncode != 0
+    lines = [ln for ln in proc.stderr.splitlines() if "error:" in ln]
+    assert len(lines) == 1 and "--hparams" in lines[0] and "--model=transformer" in lines[0], proc.stderr[-2000:]
+    assert "--data-dir" in lines[0]  # says how ELECTRA's JSON --hparams is read
+
+
 def _free_ports(n: int) -> list[int]:
     socks = [socket.socket() for _ in range(n)]
     for s in socks:

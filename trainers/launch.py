@@ -143,6 +143,12 @@ def apply_model_flag_defaults(model_cls: type) -> None:
     schedule and optimizer) sets every flag among them that the command line did not give."""
     defaults = getattr(sys.modules[model_cls.__module__], "trainer_flag_defaults", None)
     if defaults is None:
+        # t2t-trainer's --hparams/--hparams_set steer the Transformer only; never ignore them silently.
+        given = [f"--{name}" for name in ("hparams_set", "hparams") if FLAGS[name].value]
+        if given:
+            raise ValueError(f"{' and '.join(given)}: tensor2tensor's hyper-parameter set and overrides apply to "
+                             f"--model=transformer, not --model={FLAGS.model} (ELECTRA's run_pretraining.py "
+                             "--hparams JSON is read when its --data-dir and --model-name are given too)")
         return
     for name, value in defaults(FLAGS).items():
         if not FLAGS[name].present:
