@@ -69,17 +69,15 @@ def f1_score(gold: str, pred: str) -> float:
     gold_toks, pred_toks = answer_tokens(gold), answer_tokens(pred)
     if not gold_toks or not pred_toks:
         return float(gold_toks == pred_toks)
-    common = collections.Counter(gold_toks) & collections.Counter(pred_toks)
-    same = sum(common.values())
-    if same == 0:
-        return 0.0
-    precision, recall = same / len(pred_toks), same / len(gold_toks)
-    return 2 * precision * recall / (precision + recall)
+    return _overlap_f1(gold_toks, pred_toks)
 
 
 def _f1_v1(gold: str, pred: str) -> float:
     """evaluate-v1.1.py's f1_score: no special case for empty sides (0 when nothing overlaps)."""
-    gold_toks, pred_toks = normalize_answer(gold).split(), normalize_answer(pred).split()
+    return _overlap_f1(normalize_answer(gold).split(), normalize_answer(pred).split())
+
+
+def _overlap_f1(gold_toks: list[str], pred_toks: list[str]) -> float:
     common = collections.Counter(gold_toks) & collections.Counter(pred_toks)
     same = sum(common.values())
     if same == 0:
