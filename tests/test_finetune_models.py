@@ -170,6 +170,23 @@ def test_pretraining_run_with_optimizer_loads_by_path_and_logs_no_unrestored_val
         np.testing.assert_array_equal(var.numpy(), source[name].numpy(), err_msg=name)
 
 
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_a_pretraining_checkpoint_passes_the_resume_check_of_its_own_model(tmp_path, family):
+    """Every variable of a pretrainer is recorded in its checkpoint under its own name, so `--model_dir`'s
+    resume check (trainers/checkpoint_checks.py) accepts a fresh model of the same config. ELECTRA's
+    discriminator head used to record both of its dense kernels as `discriminator_predictions/kernel`,
+    and every ELECTRA pretraining run refused to resume ("holds a checkpoint of a different model")."""
+    from trainers import checkpoint_checks as cc
+
+    make_pretrainer, _ = FAMILIES[family]
+    model = make_pretrainer()
+    path = tf.train.Checkpoint(model=model).write(str(tmp_path / "ckpt"))
+    recorded = cc.checkpoint_model_variables(path)
+    assert len(recorded) == len(cc.model_variables(model))
+    assert cc.compare(make_pretrainer(), path) == ([], [], [])
+    cc.check_model_dir_checkpoint(path, make_pretrainer(), str(tmp_path))  # does not raise
+
+
 def test_xlnet_padding_changes_nothing_of_the_real_tokens():
     encoder = XLNetEncoder(xlnet_config(), name="transformer")
     rng = np.random.default_rng(1)
