@@ -36,9 +36,10 @@ interrupted pretraining resumes from its last checkpoint):
 6. XLNet end to end: a tiny XLNet (2 layers, d_model 128) fine-tuned from random initialisation with a
    SentencePiece model trained on the movie train split (XLNet layout: left padding, <cls> last).
 It prints one table and writes --work/results.json. Timings are CPU-seconds of each subprocess (its own
-rusage; the machine was shared, so wall time says little). Budget of the defaults: about 70 CPU-minutes
-in all (pretraining ~17 + ~20, 16 fine-tunes ~13, XLNet ~1, datagen ~1), i.e. about an hour of one core;
-with --jobs 2 on a 2-core machine shared with other work it took about an hour of wall time.
+rusage; the machine was shared, so wall time says little). Budget of the defaults: about 61 CPU-minutes
+in all, i.e. about an hour of one core (measured: datagen 0.4, BERT pretraining 16.5, ELECTRA pretraining
+22.2, 24 fine-tunes 20.3, XLNet 1.1 CPU-minutes); with --jobs 2 on the 2-core machine shared with other
+work, about 75 minutes of wall time. Figures and their reading: benchmarks/README.md.
 """
 from __future__ import annotations
 
@@ -183,7 +184,7 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--generator_size", type=float, default=0.5, help="ELECTRA generator width / discriminator's")
     ap.add_argument("--temperature", type=float, default=2.0, help="ELECTRA generator sampling temperature")
     ap.add_argument("--epochs", type=float, default=4.0)
-    ap.add_argument("--lr_grid", default="1e-4,3e-4", help="fine-tuning learning rates (the same for every cell)")
+    ap.add_argument("--lr_grid", default="1e-4,3e-4,1e-3", help="fine-tuning learning rates (the same for every cell)")
     ap.add_argument("--seeds", default="1,2", help="fine-tuning seeds of every (model, init, learning rate)")
     ap.add_argument("--xlnet_lr", type=float, default=2e-4)
     ap.add_argument("--jobs", type=int, default=2, help="subprocesses at a time (pretraining, fine-tuning)")
