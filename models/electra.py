@@ -296,6 +296,15 @@ class DiscriminatorHead(tf.keras.layers.Layer):
         # The original's dense_1 has tf.layers' default (Glorot uniform) initialiser.
         self.dense_1 = Dense(1, name="dense_1")
 
+    def build(self, input_shape) -> None:
+        # Built here, not lazily in call: sub-layers first built inside call get TF variable names without
+        # their own scope (both kernels "discriminator_predictions/kernel"), so a checkpoint recorded one
+        # name for two variables and --model_dir's resume check (trainers/checkpoint_checks.py, which reads
+        # those names) refused every ELECTRA pretraining checkpoint.
+        self.dense.build(input_shape)
+        self.dense_1.build((None, self.dense.units))
+        self.built = True
+
     def call(self, sequence_output: tf.Tensor) -> tf.Tensor:
         return tf.cast(tf.squeeze(self.dense_1(self.dense(sequence_output)), -1), tf.float32)
 
