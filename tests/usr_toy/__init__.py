@@ -1,4 +1,4 @@
-"""A --usr_dir package for the trainer CLI tests (tests/test_train_tpu.py): a tiny problem and model, as a
+"""A --usr_dir package for the trainer CLI tests (tests/test_train_gpu.py, test_train_tpu.py): a tiny problem and model, as a
 user would write them. `TOY_SLOW_INPUT=<seconds>` makes every batch that long to read (tf.data's own
 sleep transformation, outside the compiled step; a py_function would hang the interpreter's exit), so a
 test can kill a run mid-way."""
