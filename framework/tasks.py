@@ -29,10 +29,18 @@ from framework.cli import UserError
 from framework.problem import DataParams, ModeKeys
 
 
-def pretrained_encoder(hparams) -> text_encoders.WordpieceEncoder | text_encoders.SentencePieceEncoder:
-    """The PRETRAINED model's tokenizer that every task problem encodes with, from its settings
-    `tokenizer` (wordpiece | sentencepiece), `vocab_file` + `do_lower_case` or `sp_model` + `uncased`.
-    A missing, absent or unusable file is a UserError naming the flag."""
+TOKENIZERS = ("wordpiece", "sentencepiece")
+
+
+def check_tokenizer(name: str) -> None:
+    if name not in TOKENIZERS:
+        raise UserError(f"--tokenizer={name!r}: use wordpiece (BERT, ELECTRA) or sentencepiece (XLNet)")
+
+
+def tokenizer_file(hparams) -> tuple[str, str]:
+    """(flag, path) of the PRETRAINED model's vocabulary named by the settings `tokenizer`, `vocab_file`,
+    `sp_model`; an unknown tokenizer, a missing flag or an absent file is a UserError naming the flag."""
+    check_tokenizer(hparams.tokenizer)
     wordpiece = hparams.tokenizer == "wordpiece"
     flag, path = ("vocab_file", hparams.vocab_file) if wordpiece else ("sp_model", hparams.sp_model)
     if not path:
@@ -40,8 +48,16 @@ def pretrained_encoder(hparams) -> text_encoders.WordpieceEncoder | text_encoder
                         f"PRETRAINED model's vocabulary (its {'vocab.txt' if wordpiece else 'spiece.model'})")
     if not tf.io.gfile.exists(path):
         raise UserError(f"--{flag}={path} does not exist")
+    return flag, path
+
+
+def pretrained_encoder(hparams) -> text_encoders.WordpieceEncoder | text_encoders.SentencePieceEncoder:
+    """The PRETRAINED model's tokenizer that every task problem encodes with (see `tokenizer_file`),
+    with `do_lower_case` (WordPiece) or `uncased` (SentencePiece). An unusable file is a UserError naming
+    the flag."""
+    flag, path = tokenizer_file(hparams)
     try:
-        if not wordpiece:
+        if flag == "sp_model":
             return text_encoders.SentencePieceEncoder(path, uncased=hparams.uncased)
         encoder = text_encoders.WordpieceEncoder(path, do_lower_case=hparams.do_lower_case)
     except text_encoders.EncoderError as e:
@@ -57,6 +73,12 @@ class FinetuneTask:
 
     task_type: ClassVar[str] = "classification"  # classification | regression | multilabel | ...
     main_metric: ClassVar[str] = "accuracy"       # the metric the best checkpoint is kept by
+
+    def encoder(self):
+        """The pretrained model's tokenizer (`pretrained_encoder`), built once per problem."""
+        if getattr(self, "_encoder", None) is None:
+            self._encoder = pretrained_encoder(self.hparams)  # type: ignore[attr-defined]
+        return self._encoder
 
     def eval_splits(self) -> list[str]:
         """The splits evaluated during and after training (each gets its own metrics)."""

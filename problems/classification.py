@@ -87,12 +87,11 @@ from framework.cli import UserError
 from framework.flags import help_text
 from framework.problem import DatasetSplit, Problem
 from framework.registry import register_problem
-from framework.tasks import FinetuneTask, pretrained_encoder
+from framework.tasks import FinetuneTask, tokenizer_file
 from framework.text_problems import is_dev_document
 
 TASK_TYPES = ("classification", "regression", "multilabel")
 BAD_ROW_POLICIES = ("error", "skip")
-TOKENIZERS = ("wordpiece", "sentencepiece")
 
 # XLNet classifier_utils.py segment ids.
 XLNET_SEG_A, XLNET_SEG_B, XLNET_SEG_CLS, XLNET_SEG_PAD = 0, 1, 2, 4
@@ -283,7 +282,6 @@ class ClassificationProblem(FinetuneTask, Problem):
 
     def __init__(self, hparams=None):
         super().__init__(hparams)
-        self._encoder = None
         self._labels: list[str] | None = None
         self._reading_num_labels: int | None = None
         self._bound: tuple[str, dict] | None = None
@@ -377,23 +375,11 @@ class ClassificationProblem(FinetuneTask, Problem):
     # ------------------------------------------------------------------ checks and encoders
     def check_hparams(self) -> None:
         hp = self.hparams
-        if hp.tokenizer not in TOKENIZERS:
-            raise UserError(f"--tokenizer={hp.tokenizer!r}: use wordpiece (BERT, ELECTRA) or sentencepiece (XLNet)")
-        flag, path = ("vocab_file", hp.vocab_file) if hp.tokenizer == "wordpiece" else ("sp_model", hp.sp_model)
-        if not path:
-            raise UserError(f"--{flag} is required with --tokenizer={hp.tokenizer}: a fine-tune uses the "
-                            f"PRETRAINED model's vocabulary (its {'vocab.txt' if flag == 'vocab_file' else 'spiece.model'})")
-        if not tf.io.gfile.exists(path):
-            raise UserError(f"--{flag}={path} does not exist")
+        tokenizer_file(hp)
         if hp.max_seq_length < 3:
             raise UserError(f"--max_seq_length={hp.max_seq_length}: must be at least 3 (special tokens)")
         if self.task_type not in TASK_TYPES:
             raise UserError(f"--task_type={self.task_type!r}: use one of {', '.join(TASK_TYPES)}")
-
-    def encoder(self):
-        if self._encoder is None:
-            self._encoder = pretrained_encoder(self.hparams)
-        return self._encoder
 
     def feature_encoders(self, data_dir: str) -> dict:
         return {"inputs": self.encoder()}

@@ -30,7 +30,7 @@ from framework import text_encoders
 from framework.flags import help_text
 from framework.problem import DatasetSplit, Problem
 from framework.registry import register_problem
-from framework.tasks import FinetuneTask, pretrained_encoder
+from framework.tasks import FinetuneTask, check_tokenizer
 
 SEG_A, SEG_B, SEG_CLS, SEG_PAD = 0, 1, 2, 3
 LEVELS = ("middle", "high")
@@ -103,9 +103,7 @@ class Race(FinetuneTask, Problem):
 
     def __init__(self, hparams=None):
         super().__init__(hparams)
-        if self.hparams.tokenizer not in ("wordpiece", "sentencepiece"):
-            raise ValueError(f"--tokenizer must be wordpiece or sentencepiece, got {self.hparams.tokenizer!r}")
-        self._encoder = None
+        check_tokenizer(self.hparams.tokenizer)
 
     def dataset_splits(self) -> list[tuple[str, int]]:
         hp = self.hparams
@@ -120,11 +118,6 @@ class Race(FinetuneTask, Problem):
             raise FileNotFoundError(f"--race_dir={self.hparams.race_dir!r} is not a folder "
                                     f"(expected train/, dev/, test/ with middle/ and high/)")
         self.encoder()
-
-    def encoder(self):
-        if self._encoder is None:
-            self._encoder = pretrained_encoder(self.hparams)
-        return self._encoder
 
     def feature_encoders(self, data_dir: str) -> dict:
         return {"input_ids": self.encoder()}

@@ -56,7 +56,7 @@ from framework import records, text_encoders
 from framework.flags import help_text
 from framework.problem import DatasetSplit, ModeKeys, Problem
 from framework.registry import register_problem
-from framework.tasks import FinetuneTask, pretrained_encoder
+from framework.tasks import FinetuneTask, check_tokenizer
 from problems import qa_postprocess
 
 SEG_ID_P, SEG_ID_Q, SEG_ID_CLS, SEG_ID_PAD = 0, 1, 2, 3
@@ -471,10 +471,7 @@ class SquadProblem(FinetuneTask, Problem):
 
     def __init__(self, hparams=None):
         super().__init__(hparams)
-        hp = self.hparams
-        if hp.tokenizer not in ("wordpiece", "sentencepiece"):
-            raise ValueError(f"--tokenizer must be wordpiece or sentencepiece, got {hp.tokenizer!r}")
-        self._encoder = None
+        check_tokenizer(self.hparams.tokenizer)
         self._eval_source: tuple[str, str] | None = None
 
     # ---------------------------------------------------------------- generation
@@ -497,11 +494,6 @@ class SquadProblem(FinetuneTask, Problem):
             if path and not tf.io.gfile.exists(path):
                 raise FileNotFoundError(f"{flag}={path} does not exist")
         self.encoder()  # fails early on a missing vocab / model
-
-    def encoder(self):
-        if self._encoder is None:
-            self._encoder = pretrained_encoder(self.hparams)
-        return self._encoder
 
     def feature_encoders(self, data_dir: str) -> dict:
         return {"input_ids": self.encoder()}

@@ -213,6 +213,17 @@ def test_glue_errors_name_the_flag_and_file(tmp_path, vocab):
         problem.generate_data(str(tmp_path / "d3"), "")
 
 
+def test_every_task_problem_refuses_an_unknown_tokenizer_naming_the_flag(vocab):
+    from problems import race, squad
+
+    refused = r"--tokenizer='bpe': use wordpiece \(BERT, ELECTRA\) or sentencepiece \(XLNet\)"
+    with pytest.raises(UserError, match=refused):
+        cls.TsvClassification(cls.TsvHParams(tokenizer="bpe", vocab_file=vocab)).check_hparams()
+    for problem_cls, hparams in ((squad.SquadV1, squad.SquadHParams), (race.Race, race.RaceHParams)):
+        with pytest.raises(UserError, match=refused):
+            problem_cls(hparams(tokenizer="bpe", vocab_file=vocab))
+
+
 def test_glue_qqp_broken_rows_error_or_skip_and_extra_columns_pass(tmp_path, vocab):
     head = ["id", "qid1", "qid2", "question1", "question2", "is_duplicate"]
     folder = tmp_path / "QQP"
