@@ -37,72 +37,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 DEFAULT_CORPUS = os.path.join(os.path.dirname(REPO), "shared", "corpora", "en", "jane_austen_novels.txt.gz")
 DESIGN_ORIGINAL = dict(wall=13.6, tokens_per_s=66e3, rss_mib=663)
-_PAGE = os.sysconf("SC_PAGE_SIZE")
-
-
-# ----------------------------------------------------------------------------------------------- #
-# process-tree peak RSS
-# ----------------------------------------------------------------------------------------------- #
-def _children(pid: int) -> list[int]:
-    try:
-        with open(f"/proc/{pid}/task/{pid}/children") as f:
-            return [int(p) for p in f.read().split()]
-    except OSError:
-        return []
-
-
-def _rss_bytes(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/statm") as f:
-            return int(f.read().split()[1]) * _PAGE
-    except OSError:
-        return 0
-
-
-class PeakRss:
-    """Samples the RSS of a process and all its descendants until stopped."""
-
-    def __init__(self, pid: int, every: float = 0.02):
-        self.pid, self.every = pid, every
-        self.total = self.single = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            pids, todo = [], [self.pid]
-            while todo:
-                p = todo.pop()
-                pids.append(p)
-                todo.extend(_children(p))
-            sizes = [_rss_bytes(p) for p in pids]
-            self.total = max(self.total, sum(sizes))
-            self.single = max(self.single, max(sizes))
-            time.sleep(self.every)
-
-    def stop(self) -> tuple[float, float]:
-        self._stop.set()
-        self._thread.join()
-        return self.total / 2**20, self.single / 2**20
-
-
-def _children_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
-
-
-def run_measured(cmd: list[str], cwd: str = REPO) -> dict:
-    """Wall, CPU seconds of the whole process tree (reaped descendants included) and peak RSS."""
-    cpu0, start = _children_cpu(), time.time()
-    proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    rss = PeakRss(proc.pid)
-    out, _ = proc.communicate()
-    wall = time.time() - start
-    total, single = rss.stop()
-    if proc.returncode:
-        raise RuntimeError(f"{' '.join(cmd[:4])} ... failed ({proc.returncode}):\n{out[-3000:]}")
-    return dict(wall=wall, cpu=_children_cpu() - cpu0, rss_mib=total, rss_single_mib=single, output=out)
+from benchmarks.same_run import PeakRss, run_measured  # noqa: E402  (one way to measure a side)
 
 
 # ----------------------------------------------------------------------------------------------- #
