@@ -44,11 +44,15 @@ Part B (--finetune): an extractive QA set made from real text, then textrain-fin
   protocol reported in benchmarks/README.md. The wall-clock and CPU-seconds of each run are printed; the
   dev EM/F1 are the official v1.1 metrics reported by the fine-tuning run's final evaluation, followed by
   a table of models and baselines.
+  --init=electra=DIR (and --vocab_file/--do_lower_case of that run) starts a model from a textrain
+  pretraining run instead (e.g. the tiny ELECTRA of bench_finetune_movies.py: its encoder has the
+  tiny preset's shape), through `finetune.init_checkpoint`, everything else the same.
 """
 from __future__ import annotations
 
 import argparse
 import gzip
+import hashlib
 import json
 import os
 import re
@@ -270,11 +274,14 @@ FINETUNE = {
 
 
 def finetune(model: str, work_dir: str, train_path: str, dev_path: str, vocab: str, sp_model: str,
-             steps: int, batch: int, lr: float, seed: int = 1) -> dict:
+             steps: int, batch: int, lr: float, seed: int = 1, init: str = "", lower_case: bool = False,
+             layerwise_decay: float = 1.0) -> dict:
     """Fine-tune one model through the CLI; the result is cached in its run directory (result.json),
-    keyed by the run's settings (a changed question set gets a new --work_dir subfolder)."""
+    keyed by the run's settings (a changed question set gets a new --work_dir subfolder). `init`: a
+    textrain pretraining run (its model_dir) to start from, with its own `vocab` and `lower_case`."""
     gin_file, extra = FINETUNE[model]
-    run_dir = os.path.join(work_dir, f"run_{model}_{steps}x{batch}_lr{lr:g}_seed{seed}")
+    tag = f"_from_{os.path.basename(os.path.normpath(init))}_{hashlib.sha1(init.encode()).hexdigest()[:6]}" if init else ""
+    run_dir = os.path.join(work_dir, f"run_{model}{tag}_{steps}x{batch}_lr{lr:g}_seed{seed}")
     cached = os.path.join(run_dir, "result.json")
     if os.path.exists(cached):
         with open(cached) as f:
@@ -284,11 +291,14 @@ def finetune(model: str, work_dir: str, train_path: str, dev_path: str, vocab: s
     # Cased WordPiece (as BERT-Base cased): a "what" answer IS a capitalised run, which an uncased
     # vocabulary hides from BERT/ELECTRA (XLNet's SentencePiece model keeps case).
     tok = ([f"finetune.sp_model='{sp_model}'"] if model == "xlnet"
-           else [f"finetune.vocab_file='{vocab}'", "finetune.do_lower_case=False"])
+           else [f"finetune.vocab_file='{vocab}'", f"finetune.do_lower_case={lower_case}"])
+    if init:
+        tok.append(f"finetune.init_checkpoint='{init}'")
     params = [f"finetune.problem_hparams={{'train_file': '{train_path}', 'predict_file': '{dev_path}', "
               f"'doc_stride': 64}}", *tok, *extra, "finetune.max_seq_length=128",
               f"finetune.num_train_steps={steps}", f"finetune.train_batch_size={batch}",
-              f"finetune.learning_rate={lr}", "finetune.warmup_proportion=0.1", "finetune.layerwise_lr_decay=1.0",
+              f"finetune.learning_rate={lr}", "finetune.warmup_proportion=0.1",
+              f"finetune.layerwise_lr_decay={layerwise_decay}",
               "finetune.eval_batch_size=64", "finetune.do_predict=False", "finetune.log_steps=100",
               f"finetune.eval_every_steps={max(steps // 2, 1)}", f"finetune.data_dir='{run_dir}/data'", f"finetune.model_dir='{run_dir}/model'",
               f"finetune.seed={seed}"]
@@ -307,7 +317,7 @@ def finetune(model: str, work_dir: str, train_path: str, dev_path: str, vocab: s
     dev = summary["eval"]["dev"]
     result = {"f1": dev["f1"], "exact_match": dev["exact_match"], "wall_s": wall, "cpu_s": cpu,
               "steps": steps, "batch": batch, "learning_rate": lr, "seed": seed,
-              "train_windows": summary["train_examples"], "command": cmd[3:]}
+              "train_windows": summary["train_examples"], "init": init or "random", "command": cmd[3:]}
     with open(cached + ".tmp", "w") as f:
         json.dump(result, f, indent=1)
     os.replace(cached + ".tmp", cached)
@@ -341,7 +351,14 @@ def main() -> None:
     parser.add_argument("--window", type=int, default=5, help="words either side of the blank in a question")
     parser.add_argument("--max_train", type=int, default=0, help="cap on training questions (0: all)")
     parser.add_argument("--max_dev", type=int, default=0, help="cap on dev questions (0: all)")
+    parser.add_argument("--init", default="", help="model=DIR,...: start that model from a textrain pretraining "
+                        "run (DIR = its --model_dir; its encoder config must be the tiny preset's)")
+    parser.add_argument("--vocab_file", default="", help="WordPiece vocab of BERT/ELECTRA (default: a cased one "
+                        "learned here); give the pretraining run's vocab with --init")
+    parser.add_argument("--do_lower_case", action="store_true", help="with --vocab_file: an uncased vocab")
+    parser.add_argument("--layerwise_lr_decay", type=float, default=1.0)
     args = parser.parse_args()
+    inits = dict(item.split("=", 1) for item in args.init.split(",") if item)
     if not os.path.exists(SQUAD_LIKE) or not os.path.exists(WIKI):
         print(f"{CORPORA} (squad_like.json, en/wikipedia_sample.txt.gz) is absent: nothing to measure")
         return
@@ -350,7 +367,8 @@ def main() -> None:
     part_a(vocab, sp_model)
     if not args.finetune:
         return
-    vocab, _ = vocabularies(args.work_dir, cased=True)
+    vocab = args.vocab_file or vocabularies(args.work_dir, cased=True)[0]
+    lower_case = bool(args.vocab_file) and args.do_lower_case
     train, dev = build_sets(args.max_train or 10 ** 9, args.max_dev or 10 ** 9, args.window)
     qa_dir = os.path.join(args.work_dir, f"local_cloze_w{args.window}_train{args.max_train}_dev{args.max_dev}")
     os.makedirs(qa_dir, exist_ok=True)
@@ -371,11 +389,13 @@ def main() -> None:
         rows.append((f"baseline: {name}", m["exact_match"], m["f1"], "", ""))
     for model in [m for m in args.finetune.split(",") if m]:
         r = finetune(model, qa_dir, paths["train"], paths["dev"], vocab, sp_model, _steps(args.train_steps, model),
-                     args.batch, args.learning_rate, args.seed)
-        print(f"[B] {model} (random init, {r['steps']} steps x {r['batch']}, lr {r['learning_rate']:g}, "
+                     args.batch, args.learning_rate, args.seed, inits.get(model, ""), lower_case,
+                     args.layerwise_lr_decay)
+        init = "random init" if model not in inits else f"from {inits[model]}"
+        print(f"[B] {model} ({init}, {r['steps']} steps x {r['batch']}, lr {r['learning_rate']:g}, "
               f"{r['train_windows']} train windows): dev EM {r['exact_match']:.1f} F1 {r['f1']:.1f} "
               f"({r['wall_s']:.0f} s wall, {r['cpu_s']:.0f} CPU-s, loaded 2-core machine)", flush=True)
-        rows.append((model, r["exact_match"], r["f1"], f"{r['steps']} x {r['batch']}", f"{r['cpu_s']:.0f}"))
+        rows.append((f"{model} ({init})", r["exact_match"], r["f1"], f"{r['steps']} x {r['batch']}", f"{r['cpu_s']:.0f}"))
     print(f"\n| dev ({n['dev']} questions) | EM | F1 | steps x batch | CPU-s |\n|---|---|---|---|---|")
     for name, em, f1, steps, cpu in rows:
         print(f"| {name} | {em:.1f} | {f1:.1f} | {steps} | {cpu} |")
