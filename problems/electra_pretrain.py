@@ -204,13 +204,20 @@ def read_text_documents(paths: Sequence[str], blanks_separate_docs: bool, on_bad
                         ) -> Iterator[list[str]]:
     """Documents (lists of stripped non-empty lines). A blank line ends one only if `blanks_separate_docs`;
     a new file always does (the original flushes at the end of every file)."""
+    for text in document_texts(paths, blanks_separate_docs, on_bad_utf8):
+        yield corpus.document_lines(text)
+
+
+def document_texts(paths: Sequence[str], blanks_separate_docs: bool, on_bad_utf8: str = "error"
+                   ) -> Iterator[str]:
+    """The documents of `read_text_documents` as raw texts: a shard splits only its own into lines."""
     if blanks_separate_docs:
-        yield from corpus.read_documents(list(paths), on_bad_utf8)
+        yield from corpus.iter_document_texts(list(paths), on_bad_utf8)
         return
     for path in paths:
-        lines = [s for s in (line.strip() for _, line in corpus.iter_lines(path, on_bad_utf8)) if s]
-        if lines:
-            yield lines
+        text = corpus.read_text(path, on_bad_utf8)
+        if text and not text.isspace():
+            yield text
 
 
 # ------------------------------------------------------------------------------------------------ #
@@ -330,8 +337,8 @@ class ElectraPretrain(WordpieceCorpusProblem):
         encoder = self.encoder(data_dir)
         builder = ExampleBuilder(hp.max_seq_length, encoder.special_ids["[CLS]"], encoder.special_ids["[SEP]"],
                                  shard_rng(seed, split, shard_id), carry_overflow=hp.carry_overflow)
-        documents = read_text_documents(self.input_paths(), hp.blanks_separate_docs, hp.on_bad_utf8)
-        mine = select_documents(documents, split, shard_id, num_shards, hp.dev_fraction)
+        texts = document_texts(self.input_paths(), hp.blanks_separate_docs, hp.on_bad_utf8)
+        mine = map(corpus.document_lines, select_documents(texts, split, shard_id, num_shards, hp.dev_fraction))
         if hp.do_whole_word_mask:
             encode = self.word_continuations(encoder)
             yield from map(with_word_start, build_examples((encode(doc) for doc in mine), builder))
