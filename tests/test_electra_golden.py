@@ -119,3 +119,82 @@ def test_small_read_blocks_give_the_same_shards(inputs, tmp_path, monkeypatch):
     monkeypatch.setattr(corpus, "BLOCK_BYTES", 333)
     input_file, vocab = inputs
     assert run_config("docs_dev", input_file, vocab, str(tmp_path)) == GOLDEN["docs_dev"]
+
+
+# ------------------------------------------------------------------------------------------------ #
+# The fast paths against their per-item references (shared by every problem, not only ELECTRA)
+# ------------------------------------------------------------------------------------------------ #
+def _line_documents(paths: list[str], on_bad_utf8: str) -> list[list[str]]:
+    """read_documents' contract computed line by line from corpus.iter_lines (the pre-block reader)."""
+    docs, doc = [], []
+    for path in paths:
+        for _, line in corpus.iter_lines(path, on_bad_utf8):
+            if line.strip():
+                doc.append(line.strip())
+            elif doc:
+                docs.append(doc)
+                doc = []
+        if doc:
+            docs.append(doc)
+            doc = []
+    return docs
+
+
+def _outcome(fn):
+    try:
+        return fn()
+    except corpus.CorpusError as e:
+        return str(e)
+
+
+def test_block_reader_matches_the_line_reader(tmp_path, monkeypatch):
+    """Random text of whitespace kinds, CR/CRLF, bad UTF-8 bytes, .gz/.bz2 and tiny blocks: the same documents,
+    lines, errors (file:line, column, bytes) as iter_lines, under every on_bad_utf8 policy."""
+    import bz2
+    import gzip
+    import logging
+    import random
+
+    logging.getLogger("absl").setLevel(logging.ERROR)
+    rng = random.Random(0)
+    alphabet = ["a", "b", " ", "\t", "\r", "\n", "\n", "\n", "\x0c", "\u3000", "\u00e9", "\xa0", "\x85", "\u2028"]
+    for trial in range(120):
+        data = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 160))).encode()
+        if trial % 4 == 0:
+            data = data.replace(b"b", b"\xff", 2)
+        if trial % 5 == 0:
+            data = data.replace(b"a", b"\r\xe2\r\x80", 1)  # a CR inside a broken sequence
+        plain = tmp_path / "t.txt"
+        plain.write_bytes(data)
+        paths = [str(plain)]
+        if trial % 3 == 0:
+            packed = tmp_path / ("t.txt.gz" if trial % 2 else "t.txt.bz2")
+            packed.write_bytes(gzip.compress(data) if trial % 2 else bz2.compress(data))
+            paths.insert(0, str(packed))
+        for block in (1, 3, 64, 1 << 22):
+            monkeypatch.setattr(corpus, "BLOCK_BYTES", block)
+            for policy in corpus.BAD_UTF8_POLICIES:
+                expected = _outcome(lambda: _line_documents(paths, policy))
+                assert _outcome(lambda: list(corpus.read_documents(paths, policy))) == expected, (data, block)
+                whole = _outcome(lambda: [corpus.document_lines(corpus.read_text(p, policy)) for p in paths])
+                if isinstance(expected, str):
+                    assert whole == expected
+                else:
+                    assert [x for d in whole for x in d] == [x for d in expected for x in d]
+
+
+def test_sample_batch_serializes_like_sample_dicts():
+    import numpy as np
+
+    from framework import records
+
+    rng = np.random.default_rng(0)
+    for high in (2, 300, 1 << 31, 1 << 62):
+        n = int(rng.integers(1, 30))
+        batch = records.SampleBatch({"ids": rng.integers(-3, high, size=(n, int(rng.integers(1, 70)))),
+                                     "flag": rng.integers(0, 2, size=(n, 2)).astype(bool),
+                                     "w": rng.normal(size=(n, 3)).astype(np.float32)})
+        as_lists = [{k: v.tolist() for k, v in s.items()} for s in batch.samples()]
+        assert records.serialize_batch(batch) == records.serialize_samples(as_lists)
+    with pytest.raises(records.RecordError, match="empty"):
+        records.SampleBatch({"x": np.zeros((2, 0), np.int64)})
