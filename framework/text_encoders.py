@@ -47,7 +47,9 @@ Decisions:
 from __future__ import annotations
 
 import collections
+import contextlib
 import functools
+import gc
 import heapq
 import hashlib
 import itertools
@@ -314,9 +316,28 @@ def _hf_bert_pipeline(tokenizer, do_lower_case: bool) -> None:
 _ASCII_TABLE = {**{c: None for c in (*range(0, 9), 11, 12, *range(14, 32), 127)},
                 **{c: f" {chr(c)} " for c in (*range(33, 48), *range(58, 65), *range(91, 97),
                                                *range(123, 127))}}
-_WORD_CACHE_LIMIT = 1 << 17    # words (after basic tokenisation) -> piece ids: fills chunk-cache misses
-_CHUNK_CACHE_LIMIT = 1 << 18   # raw space-separated chunks -> ids (bounded: memory must not grow with
-                               # the corpus; ~60 MB when full, measured in benchmarks/bench_wordpiece.py)
+_WORD_CACHE_LIMIT = 1 << 20    # SubwordTextEncoder's token cache
+_PIECE_CACHE_LIMIT = 1 << 17   # WordPiece: basic-tokenised word -> piece ids (fills chunk-cache misses)
+_CHUNK_CACHE_LIMIT = 1 << 18   # WordPiece: raw space-separated chunk -> ids (bounded: memory must not
+                               # grow with the corpus; ~60 MB when full, see benchmarks/bench_wordpiece.py)
+
+
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off for a while (back on after, if it was on).
+
+    Encoding a batch allocates a list per text that survives the batch; every ~700 of them trigger a
+    collection, and the full ones traverse every object of the process (hundreds of thousands once
+    TensorFlow is imported): measured as a third of the default WordPiece encoder's time on one core.
+    The lists hold ints only and make no reference cycles, so nothing is left for later that the
+    collector would have freed now."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 class _ChunkCache(dict):
@@ -500,25 +521,31 @@ class WordpieceEncoder:
         return not (unknown & self._unsafe_chars) and self._audit(unknown) == 0
 
     # ---- the chunk cache (backend "regex") -------------------------------------------------------
+    def _new_word_ids(self, word: str) -> tuple[int, ...]:
+        """A basic-tokenised word's piece ids (a word-cache miss), stored in the bounded word cache."""
+        vocab = self.vocab
+        ids = tuple([vocab[p] for p in wordpiece_split(word, vocab)])
+        if len(self._word_cache) >= _PIECE_CACHE_LIMIT:
+            self._word_cache.clear()
+        self._word_cache[word] = ids
+        return ids
+
     def _chunk_ids(self, chunk: str) -> tuple[int, ...]:
-        """Ids of one space-free chunk by BERT's rules (a cache miss): words, then each word's pieces."""
+        """Ids of one space-free chunk by BERT's rules (a chunk-cache miss): words, then their pieces."""
         if chunk.isascii():
             if self.do_lower_case:
                 chunk = chunk.lower()
-            words = chunk.translate(_ASCII_TABLE).split()
+            # Letters and digits only: one word as it is (the common miss); else delete controls and
+            # space out punctuation in one translate.
+            words = (chunk,) if chunk.isalnum() else chunk.translate(_ASCII_TABLE).split()
         else:
             words = bert_words_fast(chunk, self.do_lower_case)
-        word_cache = self._word_cache
-        out: list[int] = []
+        get = self._word_cache.get
+        out: tuple[int, ...] = ()
         for word in words:
-            ids = word_cache.get(word)
-            if ids is None:
-                ids = tuple(self.vocab[p] for p in wordpiece_split(word, self.vocab))
-                if len(word_cache) >= _WORD_CACHE_LIMIT:
-                    word_cache.clear()
-                word_cache[word] = ids
-            out.extend(ids)
-        return tuple(out)
+            ids = get(word)
+            out += self._new_word_ids(word) if ids is None else ids
+        return out
 
     def _encode_regex(self, text: str) -> list[int]:
         # One C-level split at " " (a BERT separator), then one dict look-up per chunk; see
@@ -530,7 +557,8 @@ class WordpieceEncoder:
         """Ids of many texts (backend "hf" batches them on RAYON_NUM_THREADS threads)."""
         texts = [t.decode("utf-8", "ignore") if isinstance(t, bytes) else t for t in texts]
         if self.backend == "regex":
-            return [self._encode_regex(t) for t in texts]
+            with _gc_paused():
+                return [self._encode_regex(t) for t in texts]
         out: list[list[int] | None] = [None] * len(texts)
         fast_idx = []
         for i, text in enumerate(texts):

@@ -202,7 +202,7 @@ def test_adversarial_strings_equal_the_reference(wp_vocab, wp_vocab_cased, lower
     """The same strings against the pure-Python reference (runs without ../shared), with a chunk cache
     so small that it is emptied many times: the ids never depend on the cache's state."""
     monkeypatch.setattr(te, "_CHUNK_CACHE_LIMIT", 16)
-    monkeypatch.setattr(te, "_WORD_CACHE_LIMIT", 8)
+    monkeypatch.setattr(te, "_PIECE_CACHE_LIMIT", 8)
     enc = te.WordpieceEncoder(wp_vocab if lower else wp_vocab_cased, do_lower_case=lower)
     texts = ADVERSARIAL + [f"{a} {b}" for a, b in zip(ADVERSARIAL, reversed(ADVERSARIAL))] + _emma_lines(300)
     expected = [enc.reference.encode(t) for t in texts]
