@@ -61,6 +61,7 @@ import unicodedata
 import uuid
 from typing import Callable, Iterable, Iterator, Mapping, Protocol, Sequence, runtime_checkable
 
+import numpy as np
 import tensorflow as tf
 from absl import logging
 
@@ -573,6 +574,25 @@ class WordpieceEncoder:
             for i, enc in zip(fast_idx, encodings):
                 out[i] = enc.ids
         return out  # type: ignore[return-value]
+
+    def encode_flat(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """`encode_batch` packed: every text's ids in one int32 array, and each text's number of ids
+        (int64 [len(texts)]). No list per text: what a datagen that keeps ids in arrays wants.
+
+        backend "regex": the texts are joined with " " and split once; joining adds a chunk boundary
+        between two texts and merges none, so text k owns the next `texts[k].count(" ") + 1` chunks."""
+        texts = [t.decode("utf-8", "ignore") if isinstance(t, bytes) else t for t in texts]
+        if self.backend != "regex" or not texts:
+            per_text = self.encode_batch(texts)
+            lengths = np.fromiter(map(len, per_text), np.int64, len(per_text))
+            return (np.fromiter(itertools.chain.from_iterable(per_text), np.int32, int(lengths.sum())),
+                    lengths)
+        pieces = list(map(self._chunks.__getitem__, " ".join(texts).split(" ")))
+        sizes = np.fromiter(map(len, pieces), np.int64, len(pieces))
+        ids = np.fromiter(itertools.chain.from_iterable(pieces), np.int32, int(sizes.sum()))
+        chunk_ends = np.cumsum(np.fromiter([t.count(" ") + 1 for t in texts], np.int64, len(texts)))
+        ids_before = np.concatenate([[0], np.cumsum(sizes)])  # ids_before[c]: ids of chunks 0 .. c-1
+        return ids, np.diff(ids_before[chunk_ends], prepend=0)
 
     def encode(self, text: str) -> list[int]:
         if isinstance(text, bytes):

@@ -58,7 +58,8 @@ def run_shards(vocab_file: str, num_shards: int = 1, seed: int = 0, **kw) -> lis
     problem = bp.BertPretrain(hparams(vocab_file, **kw))
     out = []
     for shard in range(num_shards):
-        out.extend(problem.generate_shard("unused", "unused", "train", shard, num_shards, seed))
+        out.extend(records.iter_samples(problem.generate_shard("unused", "unused", "train", shard, num_shards,
+                                                               seed)))
     return out
 
 
