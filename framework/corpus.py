@@ -24,7 +24,7 @@ import gzip
 import io
 import re
 import zlib
-from typing import Iterable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 import tensorflow as tf
 from absl import logging
@@ -174,27 +174,43 @@ def _is_blank(text: str) -> bool:
     return not text or text.isspace()
 
 
-def iter_document_texts(paths: Sequence[str] | str, on_bad_utf8: str = "error") -> Iterator[str]:
+def iter_document_texts(paths: Sequence[str] | str, on_bad_utf8: str = "error",
+                        keep: Callable[[int], bool] | None = None) -> Iterator[str]:
     """The documents of `read_documents`, each as its raw text (lines joined by newlines, not yet stripped):
-    `document_lines(text)` gives the lines. Cheap for documents nobody splits into lines."""
+    `document_lines(text)` gives the lines. With `keep`, only the documents whose index i (0-based, over
+    all the files' non-empty documents, asked in order) has keep(i) true: the others are counted, never
+    copied out of their block (what a shard taking every n-th document wants)."""
     if isinstance(paths, str):
         paths = expand_paths(paths)
+    index = -1
     for path in paths:
         pending: list[str] = []  # pieces of the document that continues into the next block
         for block in iter_text_blocks(path, on_bad_utf8):
             # Framed by newlines so that every line of the block, first and last included, is seen whole.
-            pieces = _BLANK_LINES.split("\n" + (block[:-1] if block.endswith("\n") else block) + "\n")
-            if len(pieces) == 1:
-                pending.append(pieces[0])
-                continue
-            first = "".join([*pending, pieces[0]]) if pending else pieces[0]
-            for text in (first, *pieces[1:-1]):
-                if not _is_blank(text):
-                    yield text
-            pending = [pieces[-1]]
-        last = "".join(pending)
-        if not _is_blank(last):
-            yield last
+            framed = "\n" + (block[:-1] if block.endswith("\n") else block) + "\n"
+            start = None  # None: the piece before the first separator continues `pending`
+            for m in _BLANK_LINES.finditer(framed):
+                if start is None:
+                    text = "".join([*pending, framed[:m.start()]])
+                    pending = []
+                    if _is_blank(text):
+                        start = m.end()
+                        continue
+                    index += 1
+                    if keep is None or keep(index):
+                        yield text
+                else:
+                    # Between two separators: never blank (the greedy separator took every blank line).
+                    index += 1
+                    if keep is None or keep(index):
+                        yield framed[start:m.start()]
+                start = m.end()
+            pending.append(framed if start is None else framed[start:])
+        text = "".join(pending)
+        if not _is_blank(text):
+            index += 1
+            if keep is None or keep(index):
+                yield text
 
 
 def document_lines(text: str) -> list[str]:

@@ -176,6 +176,9 @@ def test_block_reader_matches_the_line_reader(tmp_path, monkeypatch):
             for policy in corpus.BAD_UTF8_POLICIES:
                 expected = _outcome(lambda: _line_documents(paths, policy))
                 assert _outcome(lambda: list(corpus.read_documents(paths, policy))) == expected, (data, block)
+                every_third = _outcome(lambda: [corpus.document_lines(t) for t in corpus.iter_document_texts(
+                    paths, policy, keep=lambda i: i % 3 == 1)])
+                assert every_third == (expected if isinstance(expected, str) else expected[1::3])
                 whole = _outcome(lambda: [corpus.document_lines(corpus.read_text(p, policy)) for p in paths])
                 if isinstance(expected, str):
                     assert whole == expected
