@@ -132,6 +132,29 @@ def original_cmd(script: str, args: list[str]) -> list[str]:
     return [sys.executable, runner, path, *args]
 
 
+def import_original(script: str, module_name: str | None = None):
+    """Imports ../shared/originals/<script> (e.g. "bert/tokenization.py") unchanged as a module, with
+    `import tensorflow` giving tf.compat.v1 while it loads (as run_original.py does; the real module is put
+    back afterwards). For comparing with an original's functions in-process (tokenizers). Raises
+    FileNotFoundError when the originals are not beside the repo."""
+    import importlib.util
+
+    import tensorflow as tf
+    path = os.path.join(ORIGINALS, script)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{path} not found: the originals are expected in ../shared/originals")
+    name = module_name or "original_" + os.path.splitext(script)[0].replace("/", "_")
+    real = sys.modules["tensorflow"]
+    sys.modules["tensorflow"] = tf.compat.v1
+    try:
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.modules["tensorflow"] = real
+    return module
+
+
 def plain_corpus(out_path: str, min_mb: float, sources: list[str] | None = None) -> str:
     """Writes a plain UTF-8 text corpus of at least `min_mb` MB (whole documents, in the corpus's own
     format: one sentence per line, a blank line between documents) from ../shared/corpora/en/*.txt.gz
