@@ -24,7 +24,7 @@ import gzip
 import io
 import re
 import zlib
-from typing import Iterable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 import tensorflow as tf
 from absl import logging
@@ -118,28 +118,11 @@ def _decode_lines_of(block: bytes, path: str, first_lineno: int, on_bad_utf8: st
     return "".join(out), bad
 
 
-def iter_text_blocks(path: str, on_bad_utf8: str = "error") -> Iterator[str]:
-    """The text of a file in blocks of about BLOCK_BYTES that end at a line end (the newline is kept; the
-    last block may lack it). The lines of the concatenated blocks are exactly those of `iter_lines`."""
-    if on_bad_utf8 not in BAD_UTF8_POLICIES:
-        raise ValueError(f"on_bad_utf8 must be one of {BAD_UTF8_POLICIES}, got {on_bad_utf8!r}")
-    lineno, bad = 1, 0
-    # tf.io.gfile's readline (what iter_lines gets for an uncompressed file) drops every carriage return,
-    # wherever it is in the line; gzip/bz2 lines keep theirs. Blocks do the same, before decoding.
+def _iter_byte_blocks(path: str) -> Iterator[bytes]:
+    """The raw bytes of a file in blocks of about BLOCK_BYTES that end at a line end (the newline is kept;
+    the last block may lack it). tf.io.gfile's readline (what iter_lines gets for an uncompressed file)
+    drops every carriage return, wherever it is in the line; gzip/bz2 lines keep theirs: blocks do the same."""
     drop_cr = not path.endswith((".gz", ".bz2"))
-
-    def decode(block: bytes) -> str:
-        nonlocal lineno, bad
-        if drop_cr:
-            block = block.replace(b"\r", b"")
-        try:
-            text = block.decode("utf-8")
-        except UnicodeDecodeError:
-            text, n = _decode_lines_of(block, path, lineno, on_bad_utf8)
-            bad += n
-        lineno += block.count(b"\n")
-        return text
-
     with _open_binary(path) as f:
         pending: list[bytes] = []  # bytes after the last newline seen (a line longer than a block grows here)
         try:
@@ -153,17 +136,46 @@ def iter_text_blocks(path: str, on_bad_utf8: str = "error") -> Iterator[str]:
                     continue
                 block = b"".join([*pending, data[:cut]]) if pending else data[:cut]
                 pending = [data[cut:]] if cut < len(data) else []
-                text = decode(block)
-                if text:  # empty when every line of the block was skipped
-                    yield text
-            if pending and (text := decode(b"".join(pending))):
-                yield text
+                yield block.replace(b"\r", b"") if drop_cr else block
+            if pending:
+                block = b"".join(pending)
+                yield block.replace(b"\r", b"") if drop_cr else block
         except (OSError, EOFError, zlib.error) as e:  # truncated/corrupt .gz or .bz2
             raise CorpusError(f"{path}: cannot read ({type(e).__name__}: {e}); the compressed file is "
                               f"corrupt or truncated: re-download or re-compress it") from None
+
+
+def _check_policy(on_bad_utf8: str) -> None:
+    if on_bad_utf8 not in BAD_UTF8_POLICIES:
+        raise ValueError(f"on_bad_utf8 must be one of {BAD_UTF8_POLICIES}, got {on_bad_utf8!r}")
+
+
+def _warn_bad(path: str, on_bad_utf8: str, bad: int) -> None:
     if bad:
         verb = "skipped" if on_bad_utf8 == "skip" else "replaced bad bytes in"
         logging.warning("%s: %s %d line(s) that were not UTF-8", path, verb, bad)
+
+
+def _decode(block: bytes, path: str, lineno: int, on_bad_utf8: str) -> tuple[str, int]:
+    """Whole lines decoded as iter_lines decodes each: (text, bad lines); `lineno` is the first line's."""
+    try:
+        return block.decode("utf-8"), 0
+    except UnicodeDecodeError:
+        return _decode_lines_of(block, path, lineno, on_bad_utf8)
+
+
+def iter_text_blocks(path: str, on_bad_utf8: str = "error") -> Iterator[str]:
+    """The text of a file in blocks of about BLOCK_BYTES that end at a line end (the newline is kept; the
+    last block may lack it). The lines of the concatenated blocks are exactly those of `iter_lines`."""
+    _check_policy(on_bad_utf8)
+    lineno, bad = 1, 0
+    for block in _iter_byte_blocks(path):
+        text, n = _decode(block, path, lineno, on_bad_utf8)
+        bad += n
+        lineno += block.count(b"\n")
+        if text:  # empty when every line of the block was skipped
+            yield text
+    _warn_bad(path, on_bad_utf8, bad)
 
 
 # One or more blank lines (only whitespace, as str.strip sees it: `\s` is str.isspace) after a line end.
@@ -174,27 +186,138 @@ def _is_blank(text: str) -> bool:
     return not text or text.isspace()
 
 
-def iter_document_texts(paths: Sequence[str] | str, on_bad_utf8: str = "error") -> Iterator[str]:
+def _utf8_whitespace() -> bytes:
+    """A bytes regex of one whitespace character but the newline (str.isspace), in UTF-8; the multi-byte
+    ones as a trie (first byte, then the rest), so a non-space byte fails after one test."""
+    chars = [chr(c) for c in range(0x110000) if c != 10 and not 0xD800 <= c < 0xE000 and chr(c).isspace()]
+    single = b"".join(re.escape(c.encode()) for c in chars if ord(c) < 128)
+    by_lead: dict[int, list[bytes]] = {}
+    for c in chars:
+        if ord(c) >= 128:
+            code = c.encode("utf-8")
+            by_lead.setdefault(code[0], []).append(code[1:])
+    branches = [re.escape(bytes([lead])) + b"(?:" + b"|".join(re.escape(t) for t in tails) + b")"
+                for lead, tails in sorted(by_lead.items())]
+    return b"(?:[" + single + b"]|" + b"|".join(branches) + b")"
+
+
+_WS = _utf8_whitespace()
+_BLANK_LINES_BYTES = re.compile(b"\n(?:" + _WS + b"*\n)+")
+_BLANK_BYTES = re.compile(b"(?:" + _WS + b"|\n)*")
+
+
+def iter_document_texts(paths: Sequence[str] | str, on_bad_utf8: str = "error",
+                        keep: Callable[[int], bool] | None = None) -> Iterator[str]:
     """The documents of `read_documents`, each as its raw text (lines joined by newlines, not yet stripped):
-    `document_lines(text)` gives the lines. Cheap for documents nobody splits into lines."""
+    `document_lines(text)` gives the lines. With `keep`, only the documents whose index i (0-based, over
+    all the files' non-empty documents, asked in order) has keep(i) true: the others are counted, never
+    decoded nor copied out of their block (what a shard taking every n-th document wants).
+
+    Documents are found in the raw bytes (blank lines = UTF-8 whitespace only) and only those kept are
+    decoded, so bytes that are not UTF-8 are reported (error) or replaced by the reader of the document that
+    holds them. With on_bad_utf8="skip" a skipped line can make a document empty and shift the indices of
+    those after it: that policy decodes every block first (`_iter_document_texts_decoded`)."""
+    _check_policy(on_bad_utf8)
+    if on_bad_utf8 == "skip":
+        yield from _iter_document_texts_decoded(paths, on_bad_utf8, keep)
+        return
     if isinstance(paths, str):
         paths = expand_paths(paths)
+    index = -1
     for path in paths:
-        pending: list[str] = []  # pieces of the document that continues into the next block
+        bad = 0
+
+        def decode(piece: bytes, block: bytes, start: int, block_lineno: int) -> str:
+            """A kept document's text; its first line's number is counted only when a line is bad."""
+            nonlocal bad
+            try:
+                return piece.decode("utf-8")
+            except UnicodeDecodeError:
+                lineno = block_lineno + block.count(b"\n", 0, start)
+                text, n = _decode_lines_of(piece, path, lineno, on_bad_utf8)
+                bad += n
+                return text
+
+        # The document continuing from earlier blocks: its pieces, and where it starts (the framed block,
+        # the position in it, the line number of that block's first line minus one) for error messages.
+        pending: list[bytes] = []
+        pending_at: tuple[bytes, int, int] = (b"", 0, 0)
+        lineno, ended_line = 1, True  # the current block's first line; whether the last block ended one
+        for block in _iter_byte_blocks(path):
+            # Framed by newlines so that every line of the block, first and last included, is seen whole;
+            # framed position p is on line lineno - 1 + framed.count(b"\n", 0, p). A piece keeps the newline
+            # ending its last line (decoding errors show the bytes iter_lines shows).
+            framed = b"\n" + (block[:-1] if block.endswith(b"\n") else block) + b"\n"
+            head = 1 if pending else 0  # a continuation: the previous part ended with the real newline
+            if not pending:
+                pending_at = (framed, 0, lineno - 1)
+            start = None  # None: the piece before the first separator continues `pending`
+            for m in _BLANK_LINES_BYTES.finditer(framed):
+                end = m.start() + 1
+                if start is None:
+                    piece = b"".join([*pending, framed[head:end]])
+                    pending = []
+                    if _BLANK_BYTES.fullmatch(piece):
+                        start = m.end()
+                        continue
+                    index += 1
+                    if keep is None or keep(index):
+                        yield decode(piece, *pending_at)
+                else:
+                    # Between two separators: never blank (the greedy separator took every blank line).
+                    index += 1
+                    if keep is None or keep(index):
+                        yield decode(framed[start:end], framed, start, lineno - 1)
+                start = m.end()
+            if start is None:
+                pending.append(framed[head:])
+            else:
+                pending = [framed[start:]]
+                pending_at = (framed, start, lineno - 1)
+            lineno += block.count(b"\n")
+            ended_line = block.endswith(b"\n")
+        piece = b"".join(pending)
+        if piece and not ended_line:
+            piece = piece[:-1]  # that framing newline stood for none
+        if not _BLANK_BYTES.fullmatch(piece):
+            index += 1
+            if keep is None or keep(index):
+                yield decode(piece, *pending_at)
+        _warn_bad(path, on_bad_utf8, bad)
+
+
+def _iter_document_texts_decoded(paths: Sequence[str] | str, on_bad_utf8: str,
+                                 keep: Callable[[int], bool] | None) -> Iterator[str]:
+    """iter_document_texts on decoded blocks (every line decoded under the policy before documents are cut)."""
+    if isinstance(paths, str):
+        paths = expand_paths(paths)
+    index = -1
+    for path in paths:
+        pending: list[str] = []
         for block in iter_text_blocks(path, on_bad_utf8):
-            # Framed by newlines so that every line of the block, first and last included, is seen whole.
-            pieces = _BLANK_LINES.split("\n" + (block[:-1] if block.endswith("\n") else block) + "\n")
-            if len(pieces) == 1:
-                pending.append(pieces[0])
-                continue
-            first = "".join([*pending, pieces[0]]) if pending else pieces[0]
-            for text in (first, *pieces[1:-1]):
-                if not _is_blank(text):
-                    yield text
-            pending = [pieces[-1]]
-        last = "".join(pending)
-        if not _is_blank(last):
-            yield last
+            framed = "\n" + (block[:-1] if block.endswith("\n") else block) + "\n"
+            start = None
+            for m in _BLANK_LINES.finditer(framed):
+                if start is None:
+                    text = "".join([*pending, framed[:m.start()]])
+                    pending = []
+                    if _is_blank(text):
+                        start = m.end()
+                        continue
+                    index += 1
+                    if keep is None or keep(index):
+                        yield text
+                else:
+                    index += 1
+                    if keep is None or keep(index):
+                        yield framed[start:m.start()]
+                start = m.end()
+            pending.append(framed if start is None else framed[start:])
+        text = "".join(pending)
+        if not _is_blank(text):
+            index += 1
+            if keep is None or keep(index):
+                yield text
 
 
 def document_lines(text: str) -> list[str]:

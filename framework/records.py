@@ -12,6 +12,9 @@ File discipline (tensor2tensor's, made strict):
   (`textrain-datagen --verify`). Manifests written before sizes were recorded still load (names only).
 - `.incomplete` files left by a writer that died (same host, pid gone) are removed by
   `remove_stale_incomplete` when the next writer starts or a shard fails.
+- Samples are dicts, or `SampleBatch`es (columns [N, k] of fixed-length numeric features) that a problem
+  making its features as arrays yields to skip per-sample dicts; both serialize to the same bytes, written
+  directly in the protobuf wire format (`serialize_samples` / `serialize_batch`, no tf.train.Example).
 - Shuffling a shard is exact (a uniform permutation) and bounded in memory: records are buffered up to
   `shuffle_memory_bytes`; past that they are spilled to random bucket files, each bucket is shuffled in
   memory, and the buckets are concatenated.

@@ -36,8 +36,13 @@ Decisions that differ from the original, on purpose:
   strips when lower-casing, as BERT does); that combination is refused up front rather than silently ignored.
 - The manifest records the vocab's real size, its sha256, and the ids of [PAD] [CLS] [SEP] [MASK]: the model masks
   in the graph and reads them from there (a vocab built here has them at 0-4, Google's at 0/101/102/103).
-- Speed: the Python builder only moves lists of ids (millions of tokens/s); the time goes to WordPiece, which runs
-  per document through the encoder's batch path.
+- Speed (issue #12; profiles and figures in benchmarks/README.md): every shard scans the whole corpus for its
+  round-robin documents, so the scan is C-speed (framework.corpus's block reader: other shards' documents are
+  counted, never copied or split into lines); WordPiece runs per document through the encoder's batch path; the
+  builder moves lists of ids and hands (A, B) segments to `segment_columns`, which makes the three [N, L] int64
+  features with numpy; records.SampleBatch serializes them column-wise (no tf.train.Example, no per-value Python).
+  What is left is mostly WordPiece (~2/3 of the CPU on English prose and docs) and the TensorFlow import.
+  The bytes are those of the per-example path (tests/test_electra_golden.py pins them to the branch point's).
 """
 from __future__ import annotations
 
@@ -54,7 +59,7 @@ from framework import corpus, records, text_encoders, word_segmenters
 from framework.problem import DatasetSplit, ModeKeys, shard_rng
 from framework.flags import help_text
 from framework.registry import register_problem
-from framework.text_problems import WordpieceCorpusProblem, select_documents
+from framework.text_problems import WordpieceCorpusProblem, document_selector
 
 # Probabilities and constants of the original builder (build_pretraining_dataset.py).
 SINGLE_SEGMENT_PROB = 0.1
@@ -154,6 +159,30 @@ class ExampleBuilder:
                 self._sentences, self._length = [carried], len(carried)
         return examples
 
+    def add_document(self, sentences: Iterable[Sequence[int]]) -> list:
+        """`add_sentence` of each sentence, then `end_document`: the examples of a whole document. Without
+        carry_overflow the accumulation runs in one local loop (the per-sentence method calls were a third
+        of the builder's time); the examples and the rng's use are the same."""
+        if self.carry_overflow:
+            examples = [e for sentence in sentences for e in self.add_sentence(sentence)]
+            return examples + self.end_document()
+        examples = []
+        accumulated, length, target, tokens = self._sentences, self._length, self._target, 0
+        for sentence in sentences:
+            n = len(sentence)
+            if not n:
+                continue
+            tokens += n
+            accumulated.append(sentence if type(sentence) is list else list(sentence))
+            length += n
+            if length >= target:
+                self._sentences, self._length = accumulated, length
+                examples.append(self._create_example())
+                accumulated, length, target = self._sentences, 0, self._target
+        self._sentences, self._length = accumulated, length
+        self.stats.tokens_in += tokens
+        return examples + self.end_document()
+
     def end_document(self) -> list:
         """Flushes what the document left as one (shorter) example."""
         return [self._create_example()] if self._length else []
@@ -240,9 +269,7 @@ def build_batches(documents: Iterable[Sequence[Sequence[int]]], builder: Example
         return records.SampleBatch(columns)
 
     for document in documents:
-        for sentence in document:
-            pairs.extend(builder.add_sentence(sentence))
-        pairs.extend(builder.end_document())
+        pairs.extend(builder.add_document(document))
         if len(pairs) >= batch_size:
             yield flush()
     if pairs:
@@ -260,16 +287,20 @@ def read_text_documents(paths: Sequence[str], blanks_separate_docs: bool, on_bad
         yield corpus.document_lines(text)
 
 
-def document_texts(paths: Sequence[str], blanks_separate_docs: bool, on_bad_utf8: str = "error"
-                   ) -> Iterator[str]:
-    """The documents of `read_text_documents` as raw texts: a shard splits only its own into lines."""
+def document_texts(paths: Sequence[str], blanks_separate_docs: bool, on_bad_utf8: str = "error",
+                   keep: Callable[[int], bool] | None = None) -> Iterator[str]:
+    """The documents of `read_text_documents` as raw texts, only those whose index has keep(index) (all
+    without `keep`): a shard copies out and splits into lines only its own."""
     if blanks_separate_docs:
-        yield from corpus.iter_document_texts(list(paths), on_bad_utf8)
+        yield from corpus.iter_document_texts(list(paths), on_bad_utf8, keep)
         return
+    index = -1
     for path in paths:
         text = corpus.read_text(path, on_bad_utf8)
         if text and not text.isspace():
-            yield text
+            index += 1
+            if keep is None or keep(index):
+                yield text
 
 
 # ------------------------------------------------------------------------------------------------ #
@@ -390,8 +421,9 @@ class ElectraPretrain(WordpieceCorpusProblem):
         builder = ExampleBuilder(hp.max_seq_length, encoder.special_ids["[CLS]"], encoder.special_ids["[SEP]"],
                                  shard_rng(seed, split, shard_id), carry_overflow=hp.carry_overflow,
                                  as_segments=True)
-        texts = document_texts(self.input_paths(), hp.blanks_separate_docs, hp.on_bad_utf8)
-        mine = map(corpus.document_lines, select_documents(texts, split, shard_id, num_shards, hp.dev_fraction))
+        keep = document_selector(split, shard_id, num_shards, hp.dev_fraction)
+        mine = map(corpus.document_lines, document_texts(self.input_paths(), hp.blanks_separate_docs,
+                                                         hp.on_bad_utf8, keep))
         if hp.do_whole_word_mask:
             encode = self.word_continuations(encoder)
             yield from map(with_word_start, build_batches((encode(doc) for doc in mine), builder))

@@ -176,6 +176,16 @@ def test_block_reader_matches_the_line_reader(tmp_path, monkeypatch):
             for policy in corpus.BAD_UTF8_POLICIES:
                 expected = _outcome(lambda: _line_documents(paths, policy))
                 assert _outcome(lambda: list(corpus.read_documents(paths, policy))) == expected, (data, block)
+                every_third = _outcome(lambda: [corpus.document_lines(t) for t in corpus.iter_document_texts(
+                    paths, policy, keep=lambda i: i % 3 == 1)])
+                if policy != "error":
+                    assert every_third == expected[1::3]
+                else:  # bad bytes are reported by the reader that keeps their document, and only by it
+                    kept = _line_documents(paths, "replace")[1::3]
+                    if any("\ufffd" in line for doc in kept for line in doc):
+                        assert isinstance(every_third, str) and "bytes that are not UTF-8" in every_third
+                    else:
+                        assert every_third == kept
                 whole = _outcome(lambda: [corpus.document_lines(corpus.read_text(p, policy)) for p in paths])
                 if isinstance(expected, str):
                     assert whole == expected
