@@ -83,7 +83,7 @@ from framework import corpus, records, word_segmenters
 from framework.flags import help_text
 from framework.problem import shard_np_rng, shard_rng
 from framework.registry import register_problem
-from framework.text_problems import WordpieceCorpusProblem, select_documents
+from framework.text_problems import WordpieceCorpusProblem, document_selector
 
 CLS, SEP, MASK = "[CLS]", "[SEP]", "[MASK]"
 RANDOM_NEXT_PROB = 0.5          # probability that B comes from another document
@@ -581,9 +581,9 @@ class BertPretrain(WordpieceCorpusProblem):
     def shard_documents(self, data_dir: str, split: str, shard_id: int,
                         num_shards: int) -> list[TokenizedDocument]:
         """Stream the corpus, splitting into lines and tokenizing only this shard's documents."""
-        texts = corpus.iter_document_texts(self.input_paths(), self.hparams.on_bad_utf8)
-        mine = map(corpus.document_lines,
-                   select_documents(texts, split, shard_id, num_shards, self.hparams.dev_fraction))
+        keep = document_selector(split, shard_id, num_shards, self.hparams.dev_fraction)
+        texts = corpus.iter_document_texts(self.input_paths(), self.hparams.on_bad_utf8, keep=keep)
+        mine = map(corpus.document_lines, texts)
         encoder = self.encoder(data_dir)
         words = (word_segmenters.WordContinuation(self.hparams.word_segmenter, encoder)
                  if self.hparams.word_segmenter else None)
