@@ -10,6 +10,7 @@ import os
 import re
 import unicodedata
 
+import numpy as np
 import pytest
 
 from framework import text_encoders as te
@@ -212,6 +213,21 @@ def test_adversarial_strings_equal_the_reference(wp_vocab, wp_vocab_cased, lower
     unk = enc.special_ids["[UNK]"]
     long_words = enc.encode("a" * 200 + " " + "a" * 201)
     assert long_words[-1] == unk and unk not in long_words[:-1]
+
+
+@pytest.mark.parametrize("backend", ["regex", "hf"])
+def test_encode_flat_packs_encode_batch(wp_vocab, backend):
+    """encode_flat == encode_batch, packed: the same ids in one int32 array and each text's count (texts
+    joined at spaces, empty texts, texts of spaces only, leading/trailing spaces)."""
+    enc = te.WordpieceEncoder(wp_vocab, backend=backend)
+    texts = _emma_lines(200) + ADVERSARIAL + MULTILINGUAL + ["", " ", "  a  ", "b"]
+    per_text = enc.encode_batch(texts)
+    ids, lengths = enc.encode_flat(texts)
+    assert ids.dtype == np.int32 and lengths.dtype == np.int64
+    assert lengths.tolist() == [len(x) for x in per_text]
+    assert ids.tolist() == [i for x in per_text for i in x]
+    empty_ids, empty_lengths = enc.encode_flat([])
+    assert len(empty_ids) == 0 and len(empty_lengths) == 0
 
 
 def test_wordpiece_decode_and_conversions(wp_vocab):
