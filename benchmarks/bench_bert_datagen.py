@@ -1,100 +1,93 @@
-"""Benchmark: BERT pretraining data generation, textrain vs google-research/bert's original script.
+"""Benchmark: BERT pretraining data generation, textrain vs google-research/bert's original script, same run.
 
-    python benchmarks/bench_bert_datagen.py                      # Jane Austen, dupe 5, L128, 1 and 2 workers
-    python benchmarks/bench_bert_datagen.py --workers=1 --original=skip --breakdown
+    nice -n 10 python benchmarks/bench_bert_datagen.py                  # 5 and 20 MB, 1 and 2 workers
+    python benchmarks/bench_bert_datagen.py --sizes 4 --workers 1 --original skip --breakdown
 
-Setting of ../shared/DESIGN.md §7: ../shared/corpora/en/jane_austen_novels.txt.gz (4.0 MB), dupe_factor 5,
-max_seq_length 128, max_predictions_per_seq 20. Both sides use the same WordPiece vocab (built once from the
-corpus by our `prepare`, not timed) and run as fresh processes, so both walls include the TensorFlow import.
+Corpora: plain text of N MB made from ../shared/corpora/en/*.txt.gz by `same_run.plain_corpus` (whole
+documents, one sentence per line, a blank line between documents; files in sorted order), kept in the work
+dir. Settings, the same on both sides: do_lower_case, max_seq_length 128, max_predictions_per_seq 20,
+masked_lm_prob 0.15, short_seq_prob 0.1, dupe_factor 5 (--dupe_factor; the original holds every instance of
+every pass in memory, so its RSS grows with corpus x dupe_factor: 5 keeps it to a few GB at 20 MB), the same
+WordPiece vocab (30522, learned from the corpus by our `prepare`, not timed).
 
-Reported per run: wall seconds, corpus WordPiece tokens per second (corpus tokens / wall, the DESIGN's
-measure), CPU seconds of the whole process tree and tokens per CPU-second (the per-core measure; it is
-less distorted than wall time on a shared, loaded machine), instances written, and peak RSS (sum over the process tree,
-sampled every 20 ms from /proc; the largest single process in brackets). The original is
-`python -m bert.create_pretraining_data` from PyPI `bert-tensorflow` (tf.compat.v1); when it is not
-installed the DESIGN figure (13.6 s, 66k tokens/s, 663 MiB) is quoted instead.
+Both sides run through `same_run.run_measured` as fresh processes (both walls include the TensorFlow import):
+the original is ../shared/originals/bert/create_pretraining_data.py, unchanged, via `same_run.original_cmd`;
+ours is `textrain-datagen --problem=bert_pretrain` (`python -m`-style, this checkout), 8 train shards. Printed
+per run: wall s, CPU s of the process tree (the per-core measure; a loaded machine distorts it less than
+wall time), corpus WordPiece tokens per CPU-second and per wall-second, ours / original for both, instances
+written, peak RSS of the process tree [largest process]. The original runs at every size, ours with 1 worker
+at every size (peak RSS 5 vs 20 MB: memory must not grow with the corpus) and with each --workers count at the
+largest size (scaling). The NSP/length/masking statistics of both outputs are compared at the largest size.
 
-`--breakdown` also times, in this process (CPU seconds), the problem's own work per shard (reading +
-tokenizing, pairs + masking) and the records writer's work (dict -> tf.train.Example -> bytes), to show
-where a datagen run spends its time.
+`--breakdown`: CPU seconds of each stage of ours in this process on the smallest corpus (reading +
+selecting a shard's documents, tokenizing, pairs + masking, serializing records), summed over the 8 shards.
 """
 from __future__ import annotations
 
 import argparse
-import gzip
+import glob
 import os
-import resource
 import shutil
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-DEFAULT_CORPUS = os.path.join(os.path.dirname(REPO), "shared", "corpora", "en", "jane_austen_novels.txt.gz")
-DESIGN_ORIGINAL = dict(wall=13.6, tokens_per_s=66e3, rss_mib=663)
-from benchmarks.same_run import PeakRss, run_measured  # noqa: E402  (one way to measure a side)
+from benchmarks import same_run  # noqa: E402  (one way to measure a side)
+
+PREDS = 20
 
 
 # ----------------------------------------------------------------------------------------------- #
 # the two sides
 # ----------------------------------------------------------------------------------------------- #
-def ours(args, vocab_file: str, workers: int, work: str) -> dict:
-    data_dir = os.path.join(work, f"ours_w{workers}")
-    shutil.rmtree(data_dir, ignore_errors=True)
+def settings(args) -> list[str]:
+    return [f"--max_seq_length={args.max_seq_length}", f"--max_predictions_per_seq={PREDS}",
+            "--masked_lm_prob=0.15", "--short_seq_prob=0.1", f"--dupe_factor={args.dupe_factor}",
+            "--random_seed=12345", "--do_lower_case=True"]
+
+
+def ours(args, corpus: str, vocab_file: str, workers: int, out_dir: str) -> dict:
+    shutil.rmtree(out_dir, ignore_errors=True)
     code = ("import sys; import problems.bert_pretrain; from framework import datagen; "
             "sys.argv[0] = 'textrain-datagen'; datagen.run()")
-    cmd = [sys.executable, "-c", code, "--problem=bert_pretrain", f"--data_dir={data_dir}",
-           f"--input_file={args.corpus}", f"--vocab_file={vocab_file}", f"--num_workers={workers}",
-           f"--dupe_factor={args.dupe_factor}", f"--max_seq_length={args.max_seq_length}",
-           "--max_predictions_per_seq=20", "--masked_lm_prob=0.15", "--short_seq_prob=0.1"]
-    if args.num_shards:
-        cmd.append(f"--num_shards={args.num_shards}")
-    result = run_measured(cmd)
+    cmd = [sys.executable, "-c", code, "--problem=bert_pretrain", f"--data_dir={out_dir}",
+           f"--input_file={corpus}", f"--vocab_file={vocab_file}", f"--num_workers={workers}", *settings(args)]
+    result = same_run.run_measured(cmd, adopt_orphans=True)  # the forkserver's workers count too
     from framework import records
-    manifest = records.read_json(os.path.join(data_dir, "bert_pretrain", "bert_pretrain-train.manifest.json"))
-    result.update(instances=manifest["num_examples"], processes=workers)
+    manifest = records.read_json(os.path.join(out_dir, "bert_pretrain", "bert_pretrain-train.manifest.json"))
+    result.update(instances=manifest["num_examples"], workers=workers)
     return result
 
 
-def original(args, vocab_file: str, work: str) -> dict | None:
-    try:
-        import bert.create_pretraining_data  # noqa: F401  (PyPI bert-tensorflow)
-    except Exception as e:  # noqa: BLE001 - any import failure means "not runnable here"
-        print(f"original not runnable ({type(e).__name__}: {e}); quoting DESIGN.md §7")
-        return None
-    text = os.path.join(work, "corpus.txt")  # the original reads plain text only
-    if not os.path.exists(text):
-        with gzip.open(args.corpus, "rb") as src, open(text, "wb") as dst:
-            shutil.copyfileobj(src, dst)
-    out = os.path.join(work, "original.tfrecord")
-    cmd = [sys.executable, "-m", "bert.create_pretraining_data", f"--input_file={text}",
-           f"--output_file={out}", f"--vocab_file={vocab_file}", "--do_lower_case=True",
-           f"--max_seq_length={args.max_seq_length}", "--max_predictions_per_seq=20",
-           "--masked_lm_prob=0.15", "--random_seed=12345", f"--dupe_factor={args.dupe_factor}",
-           "--short_seq_prob=0.1"]
-    result = run_measured(cmd)
+def original(args, corpus: str, vocab_file: str, out: str) -> dict:
+    cmd = same_run.original_cmd("bert/create_pretraining_data.py", [
+        f"--input_file={corpus}", f"--output_file={out}", f"--vocab_file={vocab_file}", *settings(args)])
+    result = same_run.run_measured(cmd)
     import tensorflow as tf
-    result.update(instances=sum(1 for _ in tf.data.TFRecordDataset(out)), processes=1)
+    result.update(instances=sum(1 for _ in tf.data.TFRecordDataset(out)), workers=1)
     return result
 
 
-def record_statistics(files: list[str], max_seq_length: int, mask_id: int) -> dict[str, float]:
-    """What the data looks like: NSP balance, lengths, masked share and the 80/10/10 split."""
+# ----------------------------------------------------------------------------------------------- #
+# what the data looks like
+# ----------------------------------------------------------------------------------------------- #
+def record_statistics(files: list[str], max_seq_length: int, mask_id: int, limit: int = 50_000
+                      ) -> dict[str, float]:
+    """NSP balance, lengths, masked share and the 80/10/10 split over the first `limit` records."""
     import numpy as np
     import tensorflow as tf
     spec = {"input_ids": tf.io.FixedLenFeature([max_seq_length], tf.int64),
             "input_mask": tf.io.FixedLenFeature([max_seq_length], tf.int64),
-            "masked_lm_positions": tf.io.FixedLenFeature([20], tf.int64),
-            "masked_lm_ids": tf.io.FixedLenFeature([20], tf.int64),
-            "masked_lm_weights": tf.io.FixedLenFeature([20], tf.float32),
+            "masked_lm_positions": tf.io.FixedLenFeature([PREDS], tf.int64),
+            "masked_lm_ids": tf.io.FixedLenFeature([PREDS], tf.int64),
+            "masked_lm_weights": tf.io.FixedLenFeature([PREDS], tf.float32),
             "next_sentence_labels": tf.io.FixedLenFeature([1], tf.int64)}
-    ds = tf.data.TFRecordDataset(files).map(lambda r: tf.io.parse_single_example(r, spec)).batch(1 << 20)
-    d = {k: v.numpy() for k, v in next(iter(ds)).items()}
+    ds = tf.data.TFRecordDataset(files).take(limit).map(lambda r: tf.io.parse_single_example(r, spec))
+    d = {k: v.numpy() for k, v in next(iter(ds.batch(limit))).items()}
     n, w = d["input_mask"].sum(1), d["masked_lm_weights"] > 0
     now = d["input_ids"][np.nonzero(w)[0], d["masked_lm_positions"][w]]
     label = d["masked_lm_ids"][w]
@@ -104,115 +97,128 @@ def record_statistics(files: list[str], max_seq_length: int, mask_id: int) -> di
             "kept": (now == label).mean(), "random id": ((now != mask_id) & (now != label)).mean()}
 
 
-def compare_statistics(args, vocab_file: str, work: str, workers: int) -> None:
-    import glob
+def compare_statistics(args, vocab_file: str, original_file: str, ours_dir: str) -> None:
     from framework import text_encoders
-    mask_id = text_encoders.WordpieceEncoder(vocab_file).vocab["[MASK]"]
-    ours_files = sorted(glob.glob(os.path.join(work, f"ours_w{workers}", "bert_pretrain", "*.tfrecord")))
-    a = record_statistics([os.path.join(work, "original.tfrecord")], args.max_seq_length, mask_id)
+    mask_id = text_encoders.load_wordpiece_vocab(vocab_file)["[MASK]"]
+    ours_files = sorted(glob.glob(os.path.join(ours_dir, "bert_pretrain", "*.tfrecord")))
+    a = record_statistics([original_file], args.max_seq_length, mask_id)
     b = record_statistics(ours_files, args.max_seq_length, mask_id)
-    print(f"\n{'statistics':28s} {'original':>9s} {'textrain':>9s}")
+    print(f"\n{'statistics (first 50k records)':32s} {'original':>9s} {'textrain':>9s}")
     for key in a:
-        print(f"{key:28s} {a[key]:9.4f} {b[key]:9.4f}")
+        print(f"{key:32s} {a[key]:9.4f} {b[key]:9.4f}")
 
 
+# ----------------------------------------------------------------------------------------------- #
+# inputs
+# ----------------------------------------------------------------------------------------------- #
 def corpus_tokens(corpus_path: str, vocab_file: str) -> int:
     from framework import corpus, text_encoders
     encoder = text_encoders.WordpieceEncoder(vocab_file)
-    return sum(len(ids) for doc in corpus.read_documents(corpus_path) for ids in encoder.encode_batch(doc))
+    return sum(int(encoder.encode_flat(doc)[1].sum()) for doc in corpus.read_documents(corpus_path))
 
 
 def build_vocab(corpus_path: str, work: str) -> str:
+    """Our `prepare` learns the vocab from the corpus (kept in `work`: re-runs reuse it)."""
     from problems import bert_pretrain as bp
     problem = bp.BertPretrain(bp.BertPretrainHParams(input_file=corpus_path))
     problem.prepare(work, work)
     return problem.vocab_path(work)
 
 
-def breakdown(args, vocab_file: str, num_shards: int) -> None:
-    """CPU seconds of the problem's work and of the records writer, over all shards, in-process."""
-    from framework import records
+def breakdown(args, corpus_path: str, vocab_file: str, num_shards: int) -> None:
+    """CPU seconds of each stage of ours over all shards, in this process."""
+    from framework import corpus, records
+    from framework.text_problems import document_selector
     from problems import bert_pretrain as bp
-    hp = bp.BertPretrainHParams(input_file=args.corpus, vocab_file=vocab_file, dupe_factor=args.dupe_factor,
-                                max_seq_length=args.max_seq_length)
+    hp = bp.BertPretrainHParams(input_file=corpus_path, vocab_file=vocab_file, dupe_factor=args.dupe_factor,
+                                max_seq_length=args.max_seq_length, max_predictions_per_seq=PREDS)
     problem = bp.BertPretrain(hp)
-    read = make = write = 0.0
+    encoder = problem.encoder("")
+    vocab = bp.Vocabulary.from_encoder(encoder)
+    seed = bp.combined_seed(0, hp.random_seed)
+    times = dict.fromkeys(("read + select documents", "tokenize", "pairs + masking", "serialize records"), 0.0)
+    names = list(times)
     count = 0
     for shard in range(num_shards):
-        t = time.process_time()
-        docs = problem.shard_documents("", "train", shard, num_shards)
-        read += time.process_time() - t
-        vocab = bp.Vocabulary.from_encoder(problem.encoder(""))
-        seed = bp.combined_seed(0, hp.random_seed)
-        t = time.process_time()
-        instances = list(bp.generate_instances(docs, vocab, hp, bp.shard_rng(seed, "train", shard),
-                                               bp.shard_np_rng(seed, "train", shard)))
-        make += time.process_time() - t
-        t = time.process_time()
-        for ex in instances:
-            records.to_example(ex).SerializeToString()
-        write += time.process_time() - t
-        count += len(instances)
-    print(f"\nbreakdown over {num_shards} shards, {count} instances (CPU s, this process):")
-    print(f"  read + tokenize (all shards)   {read:7.2f}")
-    print(f"  pairs + masking + features     {make:7.2f}  ({make / count * 1e6:.1f} us/instance)")
-    print(f"  records.to_example + serialize {write:7.2f}  ({write / count * 1e6:.1f} us/instance)")
+        t0 = time.process_time()
+        keep = document_selector("train", shard, num_shards, 0.0)  # as BertPretrain.shard_documents
+        docs = list(map(corpus.document_lines, corpus.iter_document_texts(problem.input_paths(), keep=keep)))
+        t1 = time.process_time()
+        tokenized = list(bp.tokenize_documents(docs, encoder))
+        t2 = time.process_time()
+        batches = list(bp.generate_instances(tokenized, vocab, hp, bp.shard_rng(seed, "train", shard),
+                                             bp.shard_np_rng(seed, "train", shard)))
+        t3 = time.process_time()
+        for batch in batches:
+            records.serialize_batch(batch)
+        t4 = time.process_time()
+        for name, dt in zip(names, (t1 - t0, t2 - t1, t3 - t2, t4 - t3)):
+            times[name] += dt
+        count += sum(map(len, batches))
+    total = sum(times.values())
+    print(f"\nbreakdown of ours on {os.path.basename(corpus_path)}, {num_shards} shards, {count} instances "
+          f"(CPU s in this process; the TensorFlow import and file writing not included):")
+    for name, dt in times.items():
+        print(f"  {name:26s} {dt:7.2f}  ({dt / total:4.0%}; {dt / count * 1e6:5.1f} us/instance)")
+    print(f"  {'total':26s} {total:7.2f}")
 
 
+# ----------------------------------------------------------------------------------------------- #
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--corpus", default=DEFAULT_CORPUS)
-    parser.add_argument("--workers", default="1,2", help="comma-separated worker counts")
+    parser.add_argument("--sizes", default="5,20", help="corpus sizes in MB (comma-separated)")
+    parser.add_argument("--workers", default="1,2", help="ours' worker counts at the largest size")
     parser.add_argument("--dupe_factor", type=int, default=5)
     parser.add_argument("--max_seq_length", type=int, default=128)
-    parser.add_argument("--num_shards", type=int, default=0, help="train shards (0: the problem's default)")
     parser.add_argument("--original", choices=["auto", "skip"], default="auto")
     parser.add_argument("--breakdown", action="store_true")
-    parser.add_argument("--work_dir", default="")
+    parser.add_argument("--work_dir", default="", help="keeps corpora and vocabs between runs")
     args = parser.parse_args()
-    if not os.path.exists(args.corpus):
-        sys.exit(f"corpus {args.corpus} not found (pass --corpus)")
     work = args.work_dir or tempfile.mkdtemp(prefix="bench_bert_datagen.")
     os.makedirs(work, exist_ok=True)
+    sizes = sorted(float(x) for x in args.sizes.split(","))
+    workers = [int(x) for x in args.workers.split(",")]
 
-    vocab_file = build_vocab(args.corpus, work)
-    tokens = corpus_tokens(args.corpus, vocab_file)
-    with open(vocab_file) as f:
-        vocab_size = sum(1 for _ in f)
-    print(f"corpus {args.corpus}: {tokens} WordPiece tokens (vocab {vocab_size}); dupe_factor "
-          f"{args.dupe_factor}, max_seq_length {args.max_seq_length}; {os.cpu_count()} cores; work dir {work}")
+    rows = []  # (size, name, result, tokens)
+    inputs = {}
+    for mb in sizes:
+        tag = f"{mb:g}mb"
+        corpus_path = same_run.plain_corpus(os.path.join(work, f"plain_{tag}.txt"), mb)
+        vocab_file = build_vocab(corpus_path, os.path.join(work, f"vocab_{tag}"))
+        tokens = corpus_tokens(corpus_path, vocab_file)
+        inputs[mb] = (corpus_path, vocab_file)
+        print(f"corpus {corpus_path}: {os.path.getsize(corpus_path) / 1e6:.1f} MB, {tokens:,} WordPiece tokens "
+              f"(vocab {vocab_file}); dupe_factor {args.dupe_factor}, max_seq_length {args.max_seq_length}; "
+              f"{os.cpu_count()} cores; load average {os.getloadavg()[0]:.1f}", flush=True)
+        if args.original == "auto":
+            out = os.path.join(work, f"original_{tag}.tfrecord")
+            rows.append((mb, "original create_pretraining_data.py", original(args, corpus_path, vocab_file, out),
+                         tokens))
+            print(f"  original done: {rows[-1][2]['cpu']:.1f} CPU s", flush=True)
+        for w in (workers if mb == sizes[-1] else [1]):
+            result = ours(args, corpus_path, vocab_file, w, os.path.join(work, f"ours_{tag}_w{w}"))
+            rows.append((mb, f"textrain, {w} worker{'s' if w > 1 else ''}", result, tokens))
+            print(f"  ours ({w} workers) done: {result['cpu']:.1f} CPU s", flush=True)
 
-    rows = []
-    ref = original(args, vocab_file, work) if args.original == "auto" else None
-    if ref is None:
-        rows.append(("original (DESIGN.md §7)", dict(wall=DESIGN_ORIGINAL["wall"], processes=1,
-                                                     cpu=DESIGN_ORIGINAL["wall"],
-                                                     rss_mib=DESIGN_ORIGINAL["rss_mib"], rss_single_mib=None,
-                                                     instances=None, tokens_per_s=DESIGN_ORIGINAL["tokens_per_s"])))
-    else:
-        rows.append(("original bert-tensorflow", ref))
-    for w in [int(x) for x in args.workers.split(",")]:
-        rows.append((f"textrain, {w} worker{'s' if w > 1 else ''}", ours(args, vocab_file, w, work)))
-
-    base = rows[0][1]
-    base_rate = base.get("tokens_per_s") or tokens / base["wall"]
-    base_cpu_rate = tokens / base["cpu"]
-    print(f"\n{'run':28s} {'wall s':>7s} {'tokens/s':>9s} {'x orig':>6s} {'CPU s':>6s} {'tok/CPU-s':>9s} "
-          f"{'x orig/core':>11s} {'instances':>9s} {'peak RSS MiB':>14s}")
-    for name, r in rows:
-        rate = r.get("tokens_per_s") or tokens / r["wall"]
-        cpu_rate = tokens / r["cpu"]
-        single = f" [{r['rss_single_mib']:.0f}]" if r.get("rss_single_mib") else ""
-        inst = r["instances"] if r["instances"] is not None else "-"
-        print(f"{name:28s} {r['wall']:7.2f} {rate:9.0f} {rate / base_rate:6.2f} {r['cpu']:6.2f} {cpu_rate:9.0f} "
-              f"{cpu_rate / base_cpu_rate:11.2f} {inst!s:>9s} {r['rss_mib']:8.0f}{single}")
-    print("(wall includes the TensorFlow import in every process; 'x orig/core' compares tokens per CPU-second,"
-          " which a loaded machine distorts less than wall time; RSS: process tree [largest process])")
-    if ref is not None:
-        compare_statistics(args, vocab_file, work, int(args.workers.split(",")[0]))
+    print(f"\n{'MB':>4s} {'run':36s} {'wall s':>7s} {'CPU s':>7s} {'tok/CPU-s':>10s} {'tok/wall-s':>10s} "
+          f"{'x orig/core':>11s} {'x orig wall':>11s} {'instances':>9s} {'peak RSS MiB':>15s}")
+    for mb, name, r, tokens in rows:
+        ref = next((x for s, n, x, _ in rows if s == mb and n.startswith("original")), None)
+        per_core = f"{ref['cpu'] / r['cpu']:11.2f}" if ref else f"{'-':>11s}"
+        per_wall = f"{ref['wall'] / r['wall']:11.2f}" if ref else f"{'-':>11s}"
+        print(f"{mb:4g} {name:36s} {r['wall']:7.1f} {r['cpu']:7.1f} {tokens / r['cpu']:10,.0f} "
+              f"{tokens / r['wall']:10,.0f} {per_core} {per_wall} {r['instances']:9,d} "
+              f"{r['rss_mib']:7,.0f} [{r['rss_single_mib']:,.0f}]")
+    print("(wall and CPU include the TensorFlow import of every process; 'x orig/core' = original CPU s / ours "
+          "CPU s, the per-core ratio; RSS: peak of the process tree [its largest process])")
+    if args.original == "auto":
+        big = sizes[-1]
+        tag = f"{big:g}mb"
+        compare_statistics(args, inputs[big][1], os.path.join(work, f"original_{tag}.tfrecord"),
+                           os.path.join(work, f"ours_{tag}_w{workers[0]}"))
     if args.breakdown:
         from problems import bert_pretrain as bp
-        breakdown(args, vocab_file, args.num_shards or bp.BertPretrain.train_shards)
+        breakdown(args, *inputs[sizes[0]], bp.BertPretrain.train_shards)
 
 
 if __name__ == "__main__":

@@ -1,14 +1,20 @@
-"""WordpieceEncoder vs google-research/bert's FullTokenizer: identical ids, throughput on ONE core.
+"""WordpieceEncoder vs google-research/bert's own FullTokenizer: identical ids, throughput on ONE core.
 
-    python benchmarks/bench_wordpiece.py [--max_lines N] [--vocab_size 30522]
+    python benchmarks/bench_wordpiece.py [--max_lines N] [--vocab_size 30522] [--backends regex,hf]
 
-The original is the PyPI package `bert-tensorflow` (`pip install --no-deps bert-tensorflow`; not a
-dependency of textrain). When it cannot be imported, the comparison is against the pure-Python
-reference in framework/text_encoders.py, and the output says so. The vocabulary is built from the
-corpus itself with build_wordpiece_vocab and cached under /tmp. The corpus is
-../shared/corpora/en/*.txt.gz relative to the project root; without it the script says so and exits 0.
-Times are CPU seconds of this process (time.process_time), so other load on a shared machine
-does not count.
+The reference is the original itself, unchanged: ../shared/originals/bert/tokenization.py. It does
+`import tensorflow as tf` (TF1 API: tf.gfile), so this process maps `sys.modules["tensorflow"]` to
+`tf.compat.v1` while importing it, as ../shared/originals/run_original.py does, and puts the real module
+back afterwards (benchmarks/same_run.import_original). Nothing of it is copied.
+
+Corpus: every line with text of ../shared/corpora/en/*.txt.gz (the whole English corpus, ~68 MB) unless
+--max_lines; without it the script says so and exits 0. The vocabulary is built from the corpus with
+build_wordpiece_vocab (30522, uncased) and cached under /tmp. Both sides encode the same lines in
+interleaved blocks and every line's ids are compared; any mismatch is printed and the exit status is 1.
+Times are CPU seconds of this process (time.process_time) pinned to one core (affinity and
+RAYON_NUM_THREADS=1), so other load on a shared machine counts as little as it can.
+Printed: lines/s and tokens per CPU-second of each side, ours / original, and the size of the encoder's
+caches at the end (they are bounded; see framework/text_encoders.py).
 """
 import argparse
 import glob
@@ -51,24 +57,21 @@ def cached_vocab(paths, vocab_size):
     return out
 
 
-def load_original(vocab_file):
-    """bert-tensorflow's FullTokenizer, or None when it does not import."""
-    try:
-        from absl import flags
-        from bert import tokenization
-        flags.FLAGS.mark_as_parsed()  # it reads --preserve_unused_tokens inside tokenize()
-        return tokenization.FullTokenizer(vocab_file, do_lower_case=True)
-    except Exception as e:  # ImportError, or TF1-only API under TF 2.21
-        print(f"bert-tensorflow unavailable ({type(e).__name__}: {e}); comparing against the "
-              "pure-Python reference ReferenceWordpieceTokenizer instead")
-        return None
+def cache_mib(encoder) -> float:
+    """Approximate memory of the encoder's caches: keys, values and the dicts themselves."""
+    total = 0
+    for cache in (encoder._chunks, encoder._word_cache):
+        total += sys.getsizeof(cache)
+        total += sum(sys.getsizeof(k) + sys.getsizeof(v) for k, v in cache.items())
+    return total / 2**20
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--max_lines", type=int, default=0, help="0 = the whole corpus")
     parser.add_argument("--vocab_size", type=int, default=30522)
-    parser.add_argument("--chunk", type=int, default=20000)
+    parser.add_argument("--block", type=int, default=20000, help="lines per interleaved block")
+    parser.add_argument("--backends", default="regex", help="ours: regex (default backend), hf, or both")
     args = parser.parse_args()
 
     paths = sorted(glob.glob(os.path.join(CORPUS, "*.txt.gz")))
@@ -82,50 +85,49 @@ def main():
     print(f"corpus: {len(paths)} files, {len(lines):,} lines, {n_chars / 1e6:.1f} M chars; "
           f"vocab {vocab}; cpu affinity {sorted(os.sched_getaffinity(0))}")
 
-    original = load_original(vocab)
-    ours = te.WordpieceEncoder(vocab, do_lower_case=True)  # backend="regex"
-    ours_hf = te.WordpieceEncoder(vocab, do_lower_case=True, backend="hf")
-    if original is not None:
-        name = "bert-tensorflow FullTokenizer"
-        encode_original = lambda t: original.convert_tokens_to_ids(original.tokenize(t))  # noqa
-    else:
-        name = "pure-Python reference"
-        encode_original = ours.reference.encode
+    from benchmarks.same_run import import_original
+    tokenization = import_original("bert/tokenization.py")
+    original = tokenization.FullTokenizer(vocab, do_lower_case=True)
+    backends = args.backends.split(",")
+    ours = {b: te.WordpieceEncoder(vocab, do_lower_case=True, backend=b) for b in backends}
 
-    t_ours = t_orig = t_hf = 0.0
-    n_tokens = mismatches = 0
-    for start in range(0, len(lines), args.chunk):
-        chunk = lines[start:start + args.chunk]
+    t_orig, t_ours = 0.0, dict.fromkeys(backends, 0.0)
+    n_tokens = 0
+    mismatches = dict.fromkeys(backends, 0)
+    for start in range(0, len(lines), args.block):
+        block = lines[start:start + args.block]
         t = time.process_time()
-        mine = ours.encode_batch(chunk)
-        t_ours += time.process_time() - t
-        t = time.process_time()
-        mine_hf = ours_hf.encode_batch(chunk)
-        t_hf += time.process_time() - t
-        t = time.process_time()
-        theirs = [encode_original(x) for x in chunk]
+        theirs = [original.convert_tokens_to_ids(original.tokenize(x)) for x in block]
         t_orig += time.process_time() - t
         n_tokens += sum(map(len, theirs))
-        for i, (a, b, c) in enumerate(zip(mine, theirs, mine_hf)):
-            if a != b or c != b:
-                mismatches += 1
-                if mismatches <= 5:
-                    print(f"MISMATCH line {start + i}: {chunk[i][:120]!r}\n  ours {a[:30]}\n  "
-                          f"hf   {c[:30]}\n  orig {b[:30]}")
+        for b, encoder in ours.items():
+            t = time.process_time()
+            mine = encoder.encode_batch(block)
+            t_ours[b] += time.process_time() - t
+            for i, (a, c) in enumerate(zip(mine, theirs)):
+                if a != c:
+                    mismatches[b] += 1
+                    if mismatches[b] <= 5:
+                        print(f"MISMATCH ({b}) line {start + i}: {block[i][:120]!r}\n  ours {a[:30]}\n"
+                              f"  orig {c[:30]}")
 
     print()
-    print("| tokenizer (1 core) | seconds | tokens/s | speed-up |")
-    print("|---|---|---|---|")
-    print(f"| {name} | {t_orig:.1f} | {n_tokens / t_orig:,.0f} | 1.0x |")
-    print(f"| textrain WordpieceEncoder (regex, default) | {t_ours:.1f} | {n_tokens / t_ours:,.0f} | "
-          f"{t_orig / t_ours:.1f}x |")
-    print(f"| textrain WordpieceEncoder (backend=hf) | {t_hf:.1f} | {n_tokens / t_hf:,.0f} | "
-          f"{t_orig / t_hf:.1f}x |")
+    print("| tokenizer (1 core, CPU s) | CPU s | lines/s | tokens/CPU-s | ours / original |")
+    print("|---|---|---|---|---|")
+    print(f"| google-research/bert FullTokenizer (original tokenization.py) | {t_orig:.1f} | "
+          f"{len(lines) / t_orig:,.0f} | {n_tokens / t_orig:,.0f} | 1.0x |")
+    for b, t in t_ours.items():
+        print(f"| textrain WordpieceEncoder (backend={b}) | {t:.1f} | {len(lines) / t:,.0f} | "
+              f"{n_tokens / t:,.0f} | {t_orig / t:.1f}x |")
     print()
-    print(f"ids identical on {len(lines) - mismatches:,} of {len(lines):,} lines "
-          f"({n_tokens:,} tokens); {ours_hf.fallback_texts:,} lines took the reference fallback "
-          f"in the hf backend ({len(ours_hf._unsafe_chars)} characters where HF differs were seen)")
-    return 1 if mismatches else 0
+    for b, encoder in ours.items():
+        extra = (f"; {encoder.fallback_texts:,} lines took the reference fallback "
+                 f"({len(encoder._unsafe_chars)} characters where HF differs)") if b == "hf" else (
+            f"; caches at the end: {len(encoder._chunks):,} chunks + {len(encoder._word_cache):,} words "
+            f"~ {cache_mib(encoder):.0f} MiB")
+        print(f"backend={b}: ids identical on {len(lines) - mismatches[b]:,} of {len(lines):,} lines "
+              f"({n_tokens:,} tokens){extra}")
+    return 1 if any(mismatches.values()) else 0
 
 
 if __name__ == "__main__":

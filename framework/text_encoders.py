@@ -6,12 +6,17 @@ vocabulary's sha256 in their manifests.
 
 Decisions:
 - WordPiece ids are those of google-research/bert `tokenization.FullTokenizer`.
-  `ReferenceWordpieceTokenizer` re-implements FullTokenizer in pure Python (the oracle of the tests).
-  The default encoder (backend="regex") does the same basic tokenisation with whole-text C-level
-  operations (str.lower, unicodedata.normalize, regular expressions whose character classes come from
-  Python's own unicodedata, so they are BERT's by construction) and caches each word's pieces.
-  Measured on one core it beats HF `tokenizers` (which also tracks offsets), see
-  benchmarks/bench_wordpiece.py, so HF is the optional backend="hf" and the vocabulary trainer.
+  `ReferenceWordpieceTokenizer` re-implements FullTokenizer in pure Python (the oracle of the tests,
+  with google-research/bert's own tokenization.py where ../shared/originals is present).
+  The default encoder (backend="regex") splits a text at " " only (one C-level split) and looks each
+  raw chunk up in a bounded cache chunk -> ids (`_ChunkCache`): BERT's basic tokenisation never acts
+  across a space, so a text's ids are its chunks' ids concatenated, and on real text almost every
+  chunk is a hit (a line costs one split and a dict look-up per chunk). A miss does the same basic
+  tokenisation with whole-chunk C-level operations (str.lower, unicodedata.normalize, regular
+  expressions whose character classes come from Python's own unicodedata, so they are BERT's by
+  construction) and a per-word pieces cache. Both caches are bounded (emptied when full), so memory
+  does not grow with the corpus. Measured on one core it beats HF `tokenizers` (which also tracks
+  offsets), see benchmarks/bench_wordpiece.py, so HF is the optional backend="hf" and the vocabulary trainer.
   HF differs from FullTokenizer on some inputs (tests audit the characters): it drops private-use
   (Co) characters that BERT keeps, its Unicode tables are of another version (recent punctuation,
   CJK Extension E/F, some Mn/Cf), and it lower-cases character by character, so a word-final
@@ -42,7 +47,9 @@ Decisions:
 from __future__ import annotations
 
 import collections
+import contextlib
 import functools
+import gc
 import heapq
 import hashlib
 import itertools
@@ -54,6 +61,7 @@ import unicodedata
 import uuid
 from typing import Callable, Iterable, Iterator, Mapping, Protocol, Sequence, runtime_checkable
 
+import numpy as np
 import tensorflow as tf
 from absl import logging
 
@@ -309,7 +317,59 @@ def _hf_bert_pipeline(tokenizer, do_lower_case: bool) -> None:
 _ASCII_TABLE = {**{c: None for c in (*range(0, 9), 11, 12, *range(14, 32), 127)},
                 **{c: f" {chr(c)} " for c in (*range(33, 48), *range(58, 65), *range(91, 97),
                                                *range(123, 127))}}
-_WORD_CACHE_LIMIT = 1 << 20
+_WORD_CACHE_LIMIT = 1 << 20    # SubwordTextEncoder's token cache
+_PIECE_CACHE_LIMIT = 1 << 17   # WordPiece: basic-tokenised word -> piece ids (fills chunk-cache misses)
+_CHUNK_CACHE_LIMIT = 1 << 18   # WordPiece: raw space-separated chunk -> ids (bounded: memory must not
+                               # grow with the corpus; ~60 MB when full, see benchmarks/bench_wordpiece.py)
+
+
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off for a while (back on after, if it was on).
+
+    Encoding a batch allocates a list per text that survives the batch; every ~700 of them trigger a
+    collection, and the full ones traverse every object of the process (hundreds of thousands once
+    TensorFlow is imported): measured as a third of the default WordPiece encoder's time on one core.
+    The lists hold ints only and make no reference cycles, so nothing is left for later that the
+    collector would have freed now."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+class _ChunkCache(dict):
+    """Raw chunk of text (between two " ") -> its WordPiece ids, computed on a miss by `compute`.
+
+    Why a text's ids are the concatenation of its chunks' ids: " " is one of BERT's whitespace
+    characters, which `_clean_text` turns into a word separator, and every later step of FullTokenizer
+    acts inside a whitespace-separated token (CJK spacing and the control-character deletion act per
+    character; lower-casing, accent stripping, punctuation splitting and WordPiece act per token). So
+    splitting the raw text at " " first never joins or splits anything BERT would not. The split is at
+    " " only, not at Python's `str.split()` set, which also splits at characters BERT DELETES as
+    control characters (\x0b \x0c \x1c-\x1f \x85; deleting them joins their neighbours): a chunk may
+    hold any other character, tabs or Zs spaces included, and the miss path handles it whole.
+    An empty chunk (two spaces in a row, a leading or trailing space) has no ids.
+
+    Bounded: when `limit` entries are reached the cache is emptied and refills with the current text's
+    chunks (simple, and on a Zipf-distributed corpus the frequent chunks are back within a few lines).
+    The ids never depend on the cache's state. `__missing__` makes hits pure C (`map(cache.__getitem__,
+    ...)`)."""
+
+    def __init__(self, compute: Callable[[str], tuple[int, ...]], limit: int) -> None:
+        super().__init__({"": ()})
+        self.compute, self.limit = compute, limit
+
+    def __missing__(self, chunk: str) -> tuple[int, ...]:
+        ids = self.compute(chunk)
+        if len(self) >= self.limit:
+            self.clear()
+            self[""] = ()
+        self[chunk] = ids
+        return ids
 
 
 def _char_classes(**predicates: Callable[[int, str], bool]) -> dict[str, str]:
@@ -400,9 +460,10 @@ def _char_probe(char: str) -> str:
 class WordpieceEncoder:
     """BERT WordPiece with google-research/bert FullTokenizer ids.
 
-    backend="regex" (default): BERT's basic tokenisation as a few whole-text regular expressions and
-    unicodedata calls (two regexes for ASCII text), then each word's pieces from a per-word cache;
-    measured fastest on one core (benchmarks/bench_wordpiece.py).
+    backend="regex" (default): the text is split at " " and each chunk's ids come from a bounded cache
+    (`_ChunkCache`); a miss runs BERT's basic tokenisation on the chunk as a few whole-chunk regular
+    expressions and unicodedata calls (a str.translate for ASCII), then each word's pieces from a
+    per-word cache; measured fastest on one core (benchmarks/bench_wordpiece.py).
     backend="hf": HF `tokenizers` (Rust) does the work. Each distinct non-ASCII character is audited
     once (HF's normaliser and pre-tokeniser against the Python reference on a probe text); a text
     holding a character where they disagree is encoded by the reference, so ids stay identical.
@@ -428,7 +489,8 @@ class WordpieceEncoder:
         self._safe_chars: set[str] = set()
         self._unsafe_chars: set[str] = set()
         self._ascii_safe = self._audit(map(chr, range(128))) == 0
-        self._word_cache: dict[str, list[int]] = {}
+        self._word_cache: dict[str, tuple[int, ...]] = {}
+        self._chunks = _ChunkCache(self._chunk_ids, _CHUNK_CACHE_LIMIT)
         self._fingerprint: str | None = None
         self.fallback_texts = 0  # texts that needed the reference (for benchmarks and logs)
 
@@ -459,38 +521,45 @@ class WordpieceEncoder:
             return True
         return not (unknown & self._unsafe_chars) and self._audit(unknown) == 0
 
-    # ---- the ASCII path ---------------------------------------------------------------------------
-    def _word_ids(self, word: str) -> list[int]:
+    # ---- the chunk cache (backend "regex") -------------------------------------------------------
+    def _new_word_ids(self, word: str) -> tuple[int, ...]:
+        """A basic-tokenised word's piece ids (a word-cache miss), stored in the bounded word cache."""
         vocab = self.vocab
-        ids = [vocab[p] for p in wordpiece_split(word, vocab)]
-        if len(self._word_cache) >= _WORD_CACHE_LIMIT:
+        ids = tuple([vocab[p] for p in wordpiece_split(word, vocab)])
+        if len(self._word_cache) >= _PIECE_CACHE_LIMIT:
             self._word_cache.clear()
         self._word_cache[word] = ids
         return ids
 
-    def _words_to_ids(self, words: list[str]) -> list[int]:
-        # C-level loops for the common case where every word is cached.
-        pieces = list(map(self._word_cache.get, words))
-        if None in pieces:
-            pieces = [p if p is not None else self._word_ids(w) for p, w in zip(pieces, words)]
-        return list(itertools.chain.from_iterable(pieces))
-
-    def _encode_ascii(self, text: str) -> list[int]:
-        if self.do_lower_case:
-            text = text.lower()
-        return self._words_to_ids(text.translate(_ASCII_TABLE).split())
+    def _chunk_ids(self, chunk: str) -> tuple[int, ...]:
+        """Ids of one space-free chunk by BERT's rules (a chunk-cache miss): words, then their pieces."""
+        if chunk.isascii():
+            if self.do_lower_case:
+                chunk = chunk.lower()
+            # Letters and digits only: one word as it is (the common miss); else delete controls and
+            # space out punctuation in one translate.
+            words = (chunk,) if chunk.isalnum() else chunk.translate(_ASCII_TABLE).split()
+        else:
+            words = bert_words_fast(chunk, self.do_lower_case)
+        get = self._word_cache.get
+        out: tuple[int, ...] = ()
+        for word in words:
+            ids = get(word)
+            out += self._new_word_ids(word) if ids is None else ids
+        return out
 
     def _encode_regex(self, text: str) -> list[int]:
-        if text.isascii():
-            return self._encode_ascii(text)
-        return self._words_to_ids(bert_words_fast(text, self.do_lower_case))
+        # One C-level split at " " (a BERT separator), then one dict look-up per chunk; see
+        # _ChunkCache for why the ids of a text are the concatenation of its chunks' ids.
+        return list(itertools.chain.from_iterable(map(self._chunks.__getitem__, text.split(" "))))
 
     # ---- Encoder protocol ----------------------------------------------------------------------
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         """Ids of many texts (backend "hf" batches them on RAYON_NUM_THREADS threads)."""
         texts = [t.decode("utf-8", "ignore") if isinstance(t, bytes) else t for t in texts]
         if self.backend == "regex":
-            return [self._encode_regex(t) for t in texts]
+            with _gc_paused():
+                return [self._encode_regex(t) for t in texts]
         out: list[list[int] | None] = [None] * len(texts)
         fast_idx = []
         for i, text in enumerate(texts):
@@ -505,6 +574,25 @@ class WordpieceEncoder:
             for i, enc in zip(fast_idx, encodings):
                 out[i] = enc.ids
         return out  # type: ignore[return-value]
+
+    def encode_flat(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """`encode_batch` packed: every text's ids in one int32 array, and each text's number of ids
+        (int64 [len(texts)]). No list per text: what a datagen that keeps ids in arrays wants.
+
+        backend "regex": the texts are joined with " " and split once; joining adds a chunk boundary
+        between two texts and merges none, so text k owns the next `texts[k].count(" ") + 1` chunks."""
+        texts = [t.decode("utf-8", "ignore") if isinstance(t, bytes) else t for t in texts]
+        if self.backend != "regex" or not texts:
+            per_text = self.encode_batch(texts)
+            lengths = np.fromiter(map(len, per_text), np.int64, len(per_text))
+            return (np.fromiter(itertools.chain.from_iterable(per_text), np.int32, int(lengths.sum())),
+                    lengths)
+        pieces = list(map(self._chunks.__getitem__, " ".join(texts).split(" ")))
+        sizes = np.fromiter(map(len, pieces), np.int64, len(pieces))
+        ids = np.fromiter(itertools.chain.from_iterable(pieces), np.int32, int(sizes.sum()))
+        chunk_ends = np.cumsum(np.fromiter([t.count(" ") + 1 for t in texts], np.int64, len(texts)))
+        ids_before = np.concatenate([[0], np.cumsum(sizes)])  # ids_before[c]: ids of chunks 0 .. c-1
+        return ids, np.diff(ids_before[chunk_ends], prepend=0)
 
     def encode(self, text: str) -> list[int]:
         if isinstance(text, bytes):

@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import os
-from typing import Iterable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 import tensorflow as tf
 from absl import logging
@@ -152,16 +152,27 @@ def is_dev_document(index: int, dev_fraction: float) -> bool:
     return dev_fraction > 0 and int((index + 1) * dev_fraction) > int(index * dev_fraction)
 
 
+def document_selector(split: str, shard_id: int, num_shards: int, dev_fraction: float) -> Callable[[int], bool]:
+    """keep(index) for the corpus's documents asked in order: the split's k-th document goes to shard
+    k % num_shards (dev: exactly floor(N f) documents, spread evenly). The one statement of that rule."""
+    k = 0
+
+    def keep(index: int) -> bool:
+        nonlocal k
+        if is_dev_document(index, dev_fraction) != (split == DatasetSplit.EVAL):
+            return False
+        mine = k % num_shards == shard_id
+        k += 1
+        return mine
+
+    return keep
+
+
 def select_documents(documents: Iterable[Sequence[str]], split: str, shard_id: int, num_shards: int,
                      dev_fraction: float) -> Iterator[Sequence[str]]:
-    """The documents of one shard: the split's k-th document goes to shard k % num_shards."""
-    k = 0
-    for index, doc in enumerate(documents):
-        if is_dev_document(index, dev_fraction) != (split == DatasetSplit.EVAL):
-            continue
-        if k % num_shards == shard_id:
-            yield doc
-        k += 1
+    """The documents of one shard (`document_selector`'s rule)."""
+    keep = document_selector(split, shard_id, num_shards, dev_fraction)
+    return (doc for index, doc in enumerate(documents) if keep(index))
 
 
 class WordpieceCorpusProblem(Problem):

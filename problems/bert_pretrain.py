@@ -65,25 +65,41 @@ Decisions that differ from the original, on purpose:
 - Vocabulary: `vocab_file=""` builds a WordPiece vocab of at most `vocab_size` tokens from the input
   (framework.text_encoders.build_wordpiece_vocab) into `{data_dir}/bert_pretrain/vocab.txt`, reused on
   re-runs. The manifest records the real size and the vocab's sha256.
+
+Speed (issue #12; benchmarks/bench_bert_datagen.py, figures in benchmarks/README.md). The shards are
+byte-identical to those of the code before this work (tests/test_bert_golden.py). Where a shard's CPU goes
+(5 MB, 8 shards, in-process): serializing records ~43 %, pairs + masking ~25 %, tokenizing ~24 %, reading ~8 %;
+a datagen process also pays ~3 s of TensorFlow import. What was done:
+- Reading: a shard's scan of the corpus skips the other shards' documents without decoding or splitting
+  them (`corpus.iter_document_texts(keep=document_selector(...))`).
+- Tokenizing once per shard: each document is one `WordpieceEncoder.encode_flat` call (a split at " " and
+  a cache look-up per chunk, ids packed into one int32 array, no list per line); the dupe passes reuse the
+  ids. With a word segmenter the per-line path stays (the segmenter needs each line's ids).
+- Pairs: a chunk's end is found by bisection over the sentence bounds instead of a loop over sentences;
+  `randint` draws straight from `getrandbits` (the very draws of `random.Random.randint`).
+- Masking: the chosen positions are sorted with np.nonzero instead of a full argsort per batch.
+- Records: batches go to the writer as `records.SampleBatch` columns (no dict per instance).
+- `gc.freeze()` per shard: the collector stops traversing TensorFlow's objects (~10 % of the CPU).
 """
 from __future__ import annotations
 
 import array
 import bisect
 import dataclasses
+import gc
 import itertools
 import random
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, NamedTuple, Sequence
 
 import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from framework import corpus, word_segmenters
+from framework import corpus, records, word_segmenters
 from framework.flags import help_text
 from framework.problem import shard_np_rng, shard_rng
 from framework.registry import register_problem
-from framework.text_problems import WordpieceCorpusProblem, select_documents
+from framework.text_problems import WordpieceCorpusProblem, document_selector
 
 CLS, SEP, MASK = "[CLS]", "[SEP]", "[MASK]"
 RANDOM_NEXT_PROB = 0.5          # probability that B comes from another document
@@ -174,6 +190,16 @@ class TokenizedDocument:
         ids = np.fromiter(itertools.chain.from_iterable(kept), dtype=np.int32, count=bounds[-1])
         return cls(ids, bounds)
 
+    @classmethod
+    def from_flat(cls, ids: np.ndarray, lengths: np.ndarray) -> "TokenizedDocument | None":
+        """The same from all sentences' ids in one array and each sentence's length (encode_flat)."""
+        kept = lengths[lengths > 0]
+        if not len(kept):
+            return None
+        bounds = array.array("q", [0])
+        bounds.extend(np.cumsum(kept).tolist())
+        return cls(np.ascontiguousarray(ids, dtype=np.int32), bounds)
+
     def span(self, first: int, last: int) -> np.ndarray:
         """Tokens of sentences first .. last - 1."""
         return self.ids[self.bounds[first]:self.bounds[last]]
@@ -194,11 +220,15 @@ def tokenize_documents(documents: Iterable[Sequence[str]], encoder: Any,
                        words: word_segmenters.WordContinuation | None = None) -> Iterator[TokenizedDocument]:
     """Text documents (lists of lines) -> TokenizedDocument; documents left empty are dropped. With `words`,
     the ids of tokens continuing a segmenter word carry WORD_CONTINUES_BIT (ids otherwise unchanged)."""
+    flat = getattr(encoder, "encode_flat", None) if words is None else None
     for lines in documents:
-        ids = encode_lines(encoder, lines)
-        if words is not None:
-            ids = word_segmenters.mark_continuations(ids, words.flags(lines, ids))
-        doc = TokenizedDocument.from_sentences(ids)
+        if flat is not None:  # one call per document, no list per line
+            doc = TokenizedDocument.from_flat(*flat(list(lines)))
+        else:
+            ids = encode_lines(encoder, lines)
+            if words is not None:
+                ids = word_segmenters.mark_continuations(ids, words.flags(lines, ids))
+            doc = TokenizedDocument.from_sentences(ids)
         if doc is not None:
             yield doc
 
@@ -206,17 +236,29 @@ def tokenize_documents(documents: Iterable[Sequence[str]], encoder: Any,
 # =============================================================================================== #
 # Sentence pairs (the original's create_instances_from_document, minus the masking)
 # =============================================================================================== #
-@dataclasses.dataclass(frozen=True)
-class SentencePair:
+class SentencePair(NamedTuple):
     tokens_a: np.ndarray
     tokens_b: np.ndarray
     is_random_next: bool
 
 
+def randint(getrandbits: Callable[[int], int], a: int, b: int) -> int:
+    """`random.Random.randint(a, b)` with the same draws from the same generator, minus its three
+    Python-level calls (randint -> randrange -> _randbelow_with_getrandbits, CPython 3.8-3.13): draw
+    `n.bit_length()` bits, n = b - a + 1, until the value is below n (also for n == 1, which consumes one
+    draw). Pair-making calls it a few times per pair; tests check it against random.Random.randint."""
+    n = b - a + 1
+    k = n.bit_length()
+    r = getrandbits(k)
+    while r >= n:
+        r = getrandbits(k)
+    return a + r
+
+
 def sample_target_length(max_num_tokens: int, short_seq_prob: float, rng: random.Random) -> int:
     """Usually fill the sequence; sometimes (short_seq_prob) aim for a random shorter length."""
     if rng.random() < short_seq_prob:
-        return rng.randint(2, max_num_tokens)
+        return randint(rng.getrandbits, 2, max_num_tokens)
     return max_num_tokens
 
 
@@ -242,50 +284,57 @@ def truncate_seq_pair(len_a: int, len_b: int, max_num_tokens: int,
     return a_front, cut_a - a_front, b_front, cut_b - b_front
 
 
-def _random_next_tokens(documents: Sequence[TokenizedDocument], document_index: int,
-                        target_b_length: int, rng: random.Random) -> np.ndarray:
-    """Sentences of another document from a random start, until target_b_length tokens (>= 1 sentence)."""
+def _random_next_span(documents: Sequence[TokenizedDocument], document_index: int, target_b_length: int,
+                      getrandbits: Callable[[int], int]) -> tuple[np.ndarray, int, int]:
+    """Sentences of another document from a random start, until target_b_length tokens (>= 1 sentence),
+    as (that document's ids, first token, end token)."""
+    last = len(documents) - 1
     for _ in range(RANDOM_DOCUMENT_TRIES):
-        other = rng.randint(0, len(documents) - 1)
+        other = randint(getrandbits, 0, last)
         if other != document_index:
             break
     doc = documents[other]
-    start = rng.randint(0, doc.num_sentences - 1)
+    bounds = doc.bounds
+    num_sentences = len(bounds) - 1
+    start = randint(getrandbits, 0, num_sentences - 1)
     # First sentence end at which the tokens taken reach the target (the original's loop + break).
-    end = bisect.bisect_left(doc.bounds, doc.bounds[start] + target_b_length)
-    end = min(max(end, start + 1), doc.num_sentences)
-    return doc.span(start, end)
+    end = bisect.bisect_left(bounds, bounds[start] + target_b_length)
+    end = min(max(end, start + 1), num_sentences)
+    return doc.ids, bounds[start], bounds[end]
 
 
 def create_pairs_from_document(documents: Sequence[TokenizedDocument], document_index: int,
                                max_seq_length: int, short_seq_prob: float,
                                rng: random.Random) -> Iterator[SentencePair]:
-    """The (A, B, is_random_next) pairs of one document, truncated to max_seq_length - 3 tokens."""
+    """The (A, B, is_random_next) pairs of one document, truncated to max_seq_length - 3 tokens.
+
+    The random draws are the original's, in its order (the tests pin the bytes); the sentence loop is a
+    bisection: a chunk ends at its first sentence whose end reaches the chunk's first token + target."""
     doc = documents[document_index]
     max_num_tokens = max_seq_length - 3  # room for [CLS], [SEP], [SEP]
+    getrandbits, uniform = rng.getrandbits, rng.random
     target = sample_target_length(max_num_tokens, short_seq_prob, rng)
-    bounds = doc.bounds
-    n = doc.num_sentences
-    chunk_start, chunk_tokens, i = 0, 0, 0
-    while i < n:
-        chunk_tokens += bounds[i + 1] - bounds[i]
-        if i == n - 1 or chunk_tokens >= target:
-            chunk_len = i - chunk_start + 1
-            a_end = rng.randint(1, chunk_len - 1) if chunk_len >= 2 else 1
-            tokens_a = doc.span(chunk_start, chunk_start + a_end)
-            if chunk_len == 1 or rng.random() < RANDOM_NEXT_PROB:
-                is_random_next = True
-                tokens_b = _random_next_tokens(documents, document_index, target - len(tokens_a), rng)
-                i -= chunk_len - a_end  # put the unused sentences back: they start the next chunk
-            else:
-                is_random_next = False
-                tokens_b = doc.span(chunk_start + a_end, i + 1)
-            a_front, a_back, b_front, b_back = truncate_seq_pair(
-                len(tokens_a), len(tokens_b), max_num_tokens, rng)
-            yield SentencePair(tokens_a[a_front:len(tokens_a) - a_back],
-                               tokens_b[b_front:len(tokens_b) - b_back], is_random_next)
-            chunk_start, chunk_tokens = i + 1, 0
-        i += 1
+    ids, bounds = doc.ids, doc.bounds
+    n = len(bounds) - 1
+    chunk_start = 0
+    while chunk_start < n:
+        i = min(bisect.bisect_left(bounds, bounds[chunk_start] + target, chunk_start + 1) - 1, n - 1)
+        chunk_len = i - chunk_start + 1
+        a_end = randint(getrandbits, 1, chunk_len - 1) if chunk_len >= 2 else 1
+        a_lo, a_hi = bounds[chunk_start], bounds[chunk_start + a_end]
+        if chunk_len == 1 or uniform() < RANDOM_NEXT_PROB:
+            is_random_next = True
+            b_ids, b_lo, b_hi = _random_next_span(documents, document_index, target - (a_hi - a_lo),
+                                                  getrandbits)
+            i -= chunk_len - a_end  # put the unused sentences back: they start the next chunk
+        else:
+            is_random_next = False
+            b_ids, b_lo, b_hi = ids, a_hi, bounds[i + 1]
+        if a_hi - a_lo + b_hi - b_lo > max_num_tokens:
+            a_front, a_back, b_front, b_back = truncate_seq_pair(a_hi - a_lo, b_hi - b_lo, max_num_tokens, rng)
+            a_lo, a_hi, b_lo, b_hi = a_lo + a_front, a_hi - a_back, b_lo + b_front, b_hi - b_back
+        yield SentencePair(ids[a_lo:a_hi], b_ids[b_lo:b_hi], is_random_next)
+        chunk_start = i + 1
 
 
 # =============================================================================================== #
@@ -365,15 +414,32 @@ def candidate_mask(batch: PairBatch) -> np.ndarray:
 
 def _choose_positions_per_token(cand: np.ndarray, budget: np.ndarray, max_predictions: int,
                                 rng: np.random.Generator) -> np.ndarray:
-    """bool [B, L]: `budget` candidates per row, uniformly (a shuffle's first `budget` entries)."""
+    """int [B, max_predictions]: `budget` candidates per row, uniformly (a shuffle's first `budget`
+    entries), in increasing order, padded with `length` (sorts last) where a row has fewer."""
+    length = cand.shape[1]
     keys = rng.random(cand.shape)
     keys[~cand] = 2.0  # never before a candidate
-    k = min(max_predictions, cand.shape[1])
+    k = min(max_predictions, length)
     order = np.argsort(keys, axis=1)[:, :k]  # a random permutation of the candidates, per row
     take = np.arange(k)[None, :] < np.minimum(budget, cand.sum(axis=1))[:, None]
-    chosen = np.zeros(cand.shape, dtype=bool)
-    chosen[np.nonzero(take)[0], order[take]] = True
+    chosen = np.where(take, order, length)
+    chosen.sort(axis=1)
+    if k < max_predictions:
+        chosen = np.pad(chosen, ((0, 0), (0, max_predictions - k)), constant_values=length)
     return chosen
+
+
+def _sorted_positions(chosen: np.ndarray, max_predictions: int) -> np.ndarray:
+    """bool [B, L] -> its True columns per row in increasing order, [B, max_predictions], padded with L."""
+    num_rows, length = chosen.shape
+    counts = chosen.sum(axis=1)
+    # np.nonzero lists them row by row in increasing order; each one's rank in its row is its column.
+    rows, cols = np.nonzero(chosen)
+    rank = np.arange(len(rows)) - np.repeat(np.cumsum(counts) - counts, counts)
+    keep = rank < max_predictions
+    positions = np.full((num_rows, max_predictions), length, dtype=np.int64)
+    positions[rows[keep], rank[keep]] = cols[keep]
+    return positions
 
 
 def _choose_whole_words(input_ids: np.ndarray, cand: np.ndarray, budget: np.ndarray, vocab: Vocabulary,
@@ -432,23 +498,21 @@ def mask_batch(batch: PairBatch, vocab: Vocabulary, masked_lm_prob: float, max_p
     budget = num_to_predict(batch.num_tokens, masked_lm_prob, max_predictions)
     if whole_word:
         chosen = _choose_whole_words(ids, cand, budget, vocab, rng, continues if continues.any() else None)
+        positions = _sorted_positions(chosen, max_predictions)
     else:
-        chosen = _choose_positions_per_token(cand, budget, max_predictions, rng)
-    counts = chosen.sum(axis=1)
-    # Chosen positions in increasing order, left-aligned: sort (chosen first, then by position).
-    order = np.argsort(np.where(chosen, np.arange(length)[None, :], length), axis=1, kind="stable")
-    positions = order[:, :max_predictions]
-    valid = np.arange(max_predictions)[None, :] < counts[:, None]
+        positions = _choose_positions_per_token(cand, budget, max_predictions, rng)
+    valid = positions < length
     positions = np.where(valid, positions, 0)
-    labels = np.where(valid, np.take_along_axis(ids, positions, axis=1), 0)
+    originals = np.take_along_axis(ids, positions, axis=1)
+    labels = np.where(valid, originals, 0)
     # 80 % [MASK], 10 % unchanged, 10 % a random id: one uniform draw per position.
     u = rng.random((num_rows, max_predictions))
     random_ids = rng.integers(0, vocab.size, size=(num_rows, max_predictions))
     replacement = np.where(u < MASK_TOKEN_PROB, vocab.mask_id,
                            np.where(u < MASK_TOKEN_PROB + KEEP_TOKEN_PROB, labels, random_ids))
+    # Padding entries point at position 0 ([CLS], never a candidate) and write back what is there.
     masked = ids.copy()
-    rows = np.nonzero(valid)[0]
-    masked[rows, positions[valid]] = replacement[valid]
+    np.put_along_axis(masked, positions, np.where(valid, replacement, originals), axis=1)
     pos = np.arange(length)[None, :]
     in_seq = pos < batch.num_tokens[:, None]
     return MaskedBatch(
@@ -465,11 +529,10 @@ FEATURES = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions", "ma
             "masked_lm_weights", "next_sentence_labels")
 
 
-def batch_to_features(masked: MaskedBatch) -> Iterator[dict[str, np.ndarray]]:
-    """One feature dict per row (the original's TFRecord features)."""
-    columns = [getattr(masked, name) for name in FEATURES]
-    for row in range(masked.input_ids.shape[0]):
-        yield {name: col[row] for name, col in zip(FEATURES, columns)}
+def batch_to_features(masked: MaskedBatch) -> records.SampleBatch:
+    """The batch's rows as the original's TFRecord features, column-wise: the records writer serializes
+    a SampleBatch without a dict per row (the same bytes as the rows' dicts)."""
+    return records.SampleBatch({name: getattr(masked, name) for name in FEATURES})
 
 
 # =============================================================================================== #
@@ -477,16 +540,17 @@ def batch_to_features(masked: MaskedBatch) -> Iterator[dict[str, np.ndarray]]:
 # =============================================================================================== #
 def generate_instances(documents: list[TokenizedDocument], vocab: Vocabulary, hp: BertPretrainHParams,
                        rng: random.Random, np_rng: np.random.Generator,
-                       batch_size: int = MASKING_BATCH) -> Iterator[dict[str, np.ndarray]]:
-    """Feature dicts of `dupe_factor` passes over `documents` (shuffled in place first, as the original)."""
+                       batch_size: int = MASKING_BATCH) -> Iterator[records.SampleBatch]:
+    """The instances of `dupe_factor` passes over `documents` (shuffled in place first, as the original),
+    as SampleBatches of up to `batch_size` rows (`records.iter_samples` gives them as feature dicts)."""
     rng.shuffle(documents)
     pending: list[SentencePair] = []
 
-    def flush() -> Iterator[dict[str, np.ndarray]]:
+    def flush() -> Iterator[records.SampleBatch]:
         masked = mask_batch(pack_pairs(pending, hp.max_seq_length, vocab), vocab, hp.masked_lm_prob,
                             hp.max_predictions_per_seq, hp.do_whole_word_mask, np_rng)
         pending.clear()
-        yield from batch_to_features(masked)
+        yield batch_to_features(masked)
 
     for _ in range(hp.dupe_factor):
         for index in range(len(documents)):
@@ -497,6 +561,15 @@ def generate_instances(documents: list[TokenizedDocument], vocab: Vocabulary, hp
                     yield from flush()
     if pending:
         yield from flush()
+
+
+def freeze_long_lived_objects() -> None:
+    """gc.freeze(): what is alive now (TensorFlow's modules, the problem, the encoder and its caches) is moved
+    out of the cyclic collector's generations, so its full collections, which the many short-lived objects
+    of making and writing instances trigger, no longer traverse it. Measured: about a tenth of a 5 MB
+    datagen run's CPU (0.55 of 4.8 s, most of it TensorFlow's objects). It changes no result: frozen
+    objects are still freed by reference counting; only cyclic garbage among them waits for gc.unfreeze()."""
+    gc.freeze()
 
 
 def combined_seed(seed: int, random_seed: int) -> int:
@@ -532,9 +605,10 @@ class BertPretrain(WordpieceCorpusProblem):
 
     def shard_documents(self, data_dir: str, split: str, shard_id: int,
                         num_shards: int) -> list[TokenizedDocument]:
-        """Stream the corpus, tokenizing only this shard's documents."""
-        docs = corpus.read_documents(self.input_paths(), self.hparams.on_bad_utf8)
-        mine = select_documents(docs, split, shard_id, num_shards, self.hparams.dev_fraction)
+        """Stream the corpus, splitting into lines and tokenizing only this shard's documents."""
+        keep = document_selector(split, shard_id, num_shards, self.hparams.dev_fraction)
+        texts = corpus.iter_document_texts(self.input_paths(), self.hparams.on_bad_utf8, keep=keep)
+        mine = map(corpus.document_lines, texts)
         encoder = self.encoder(data_dir)
         words = (word_segmenters.WordContinuation(self.hparams.word_segmenter, encoder)
                  if self.hparams.word_segmenter else None)
@@ -545,7 +619,8 @@ class BertPretrain(WordpieceCorpusProblem):
         return documents
 
     def generate_shard(self, data_dir: str, tmp_dir: str, split: str, shard_id: int, num_shards: int,
-                       seed: int) -> Iterator[dict]:
+                       seed: int) -> Iterator[records.SampleBatch]:
+        freeze_long_lived_objects()
         documents = self.shard_documents(data_dir, split, shard_id, num_shards)
         if not documents:
             logging.warning("%s-%s shard %d of %d has no documents", self.name, split, shard_id, num_shards)
@@ -557,8 +632,8 @@ class BertPretrain(WordpieceCorpusProblem):
                                       shard_np_rng(s, split, shard_id))
 
     def generate_encoded_samples(self, data_dir: str, tmp_dir: str, split: str) -> Iterator[dict]:
-        """Everything as one shard (seed 0); the driver uses generate_shard."""
-        return self.generate_shard(data_dir, tmp_dir, split, 0, 1, 0)
+        """Everything as one shard (seed 0), as feature dicts; the driver uses generate_shard."""
+        return records.iter_samples(self.generate_shard(data_dir, tmp_dir, split, 0, 1, 0))
 
     # ------------------------------------------------------------------ reading side
     def example_reading_spec(self) -> dict:

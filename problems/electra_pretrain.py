@@ -36,8 +36,13 @@ Decisions that differ from the original, on purpose:
   strips when lower-casing, as BERT does); that combination is refused up front rather than silently ignored.
 - The manifest records the vocab's real size, its sha256, and the ids of [PAD] [CLS] [SEP] [MASK]: the model masks
   in the graph and reads them from there (a vocab built here has them at 0-4, Google's at 0/101/102/103).
-- Speed: the Python builder only moves lists of ids (millions of tokens/s); the time goes to WordPiece, which runs
-  per document through the encoder's batch path.
+- Speed (issue #12; profiles and figures in benchmarks/README.md): every shard scans the whole corpus for its
+  round-robin documents, so the scan is C-speed (framework.corpus's block reader: other shards' documents are
+  counted, never copied or split into lines); WordPiece runs per document through the encoder's batch path; the
+  builder moves lists of ids and hands (A, B) segments to `segment_columns`, which makes the three [N, L] int64
+  features with numpy; records.SampleBatch serializes them column-wise (no tf.train.Example, no per-value Python).
+  What is left is mostly WordPiece (~2/3 of the CPU on English prose and docs) and the TensorFlow import.
+  The bytes are those of the per-example path (tests/test_electra_golden.py pins them to the branch point's).
 """
 from __future__ import annotations
 
@@ -50,11 +55,11 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from framework import corpus, text_encoders, word_segmenters
+from framework import corpus, records, text_encoders, word_segmenters
 from framework.problem import DatasetSplit, ModeKeys, shard_rng
 from framework.flags import help_text
 from framework.registry import register_problem
-from framework.text_problems import WordpieceCorpusProblem, select_documents
+from framework.text_problems import WordpieceCorpusProblem, document_selector
 
 # Probabilities and constants of the original builder (build_pretraining_dataset.py).
 SINGLE_SEGMENT_PROB = 0.1
@@ -119,11 +124,12 @@ class ExampleBuilder:
     """Turns a stream of tokenised sentences, document by document, into ELECTRA examples.
 
     `add_sentence` and `end_document` return the examples they complete (a list: with `carry_overflow` one long
-    sentence can complete several).
+    sentence can complete several): feature dicts, or with `as_segments` the (A, B) id lists that
+    `segment_columns` turns into features many at a time (the datagen's path: no per-example dict or padding).
     """
 
     def __init__(self, max_length: int, cls_id: int, sep_id: int, rng: random.Random,
-                 carry_overflow: bool = False):
+                 carry_overflow: bool = False, as_segments: bool = False):
         if max_length < MIN_RANDOM_TARGET:
             raise ValueError(f"max_seq_length must be at least {MIN_RANDOM_TARGET}, got {max_length}")
         self.max_length = max_length
@@ -131,17 +137,19 @@ class ExampleBuilder:
         self.sep_id = sep_id
         self.rng = rng
         self.carry_overflow = carry_overflow
+        self.as_segments = as_segments
         self.stats = BuilderStats()
         self._sentences: list[list[int]] = []
         self._length = 0
         self._target = max_length
 
-    def add_sentence(self, token_ids: Sequence[int]) -> list[dict[str, list[int]]]:
+    def add_sentence(self, token_ids: Sequence[int]) -> list:
         """Adds one sentence of the current document."""
-        if not token_ids:  # an empty sentence changes nothing in the original either
+        if not len(token_ids):  # an empty sentence changes nothing in the original either
             return []
         self.stats.tokens_in += len(token_ids)
-        self._sentences.append(list(token_ids))
+        # The builder never changes a sentence in place (cuts make new lists), so a list is kept as given.
+        self._sentences.append(token_ids if type(token_ids) is list else list(token_ids))
         self._length += len(token_ids)
         examples = []
         while self._length >= self._target:
@@ -151,7 +159,31 @@ class ExampleBuilder:
                 self._sentences, self._length = [carried], len(carried)
         return examples
 
-    def end_document(self) -> list[dict[str, list[int]]]:
+    def add_document(self, sentences: Iterable[Sequence[int]]) -> list:
+        """`add_sentence` of each sentence, then `end_document`: the examples of a whole document. Without
+        carry_overflow the accumulation runs in one local loop (the per-sentence method calls were a third
+        of the builder's time); the examples and the rng's use are the same."""
+        if self.carry_overflow:
+            examples = [e for sentence in sentences for e in self.add_sentence(sentence)]
+            return examples + self.end_document()
+        examples = []
+        accumulated, length, target, tokens = self._sentences, self._length, self._target, 0
+        for sentence in sentences:
+            n = len(sentence)
+            if not n:
+                continue
+            tokens += n
+            accumulated.append(sentence if type(sentence) is list else list(sentence))
+            length += n
+            if length >= target:
+                self._sentences, self._length = accumulated, length
+                examples.append(self._create_example())
+                accumulated, length, target = self._sentences, 0, self._target
+        self._sentences, self._length = accumulated, length
+        self.stats.tokens_in += tokens
+        return examples + self.end_document()
+
+    def end_document(self) -> list:
         """Flushes what the document left as one (shorter) example."""
         return [self._create_example()] if self._length else []
 
@@ -175,7 +207,7 @@ class ExampleBuilder:
         self._length = capacity
         return tail
 
-    def _create_example(self) -> dict[str, list[int]]:
+    def _create_example(self) -> dict[str, list[int]] | tuple[list[int], list[int]]:
         first, second = split_segments(self._sentences, self._target, self.max_length, self.rng)
         self._sentences, self._length = [], 0
         if self.rng.random() < RANDOM_TARGET_PROB:
@@ -185,6 +217,8 @@ class ExampleBuilder:
         self.stats.examples += 1
         self.stats.tokens_kept += len(first) + len(second)
         self.stats.single_segment += not second
+        if self.as_segments:
+            return first, second
         return make_features(first, second, self.max_length, self.cls_id, self.sep_id)
 
 
@@ -197,6 +231,51 @@ def build_examples(documents: Iterable[Sequence[Sequence[int]]], builder: Exampl
         yield from builder.end_document()
 
 
+def segment_columns(pairs: Sequence[tuple[Sequence[int], Sequence[int]]], max_length: int, cls_id: int,
+                    sep_id: int) -> dict[str, np.ndarray]:
+    """`make_features` of many (A, B) pairs at once, as int64 arrays [N, max_length]: the ids of all
+    examples are laid out in one list and scattered into the zero matrix by a mask (row-major order)."""
+    first_len = np.fromiter((len(a) for a, _ in pairs), np.int64, len(pairs))
+    second_len = np.fromiter((len(b) for _, b in pairs), np.int64, len(pairs))
+    length = first_len + 2 + np.where(second_len > 0, second_len + 1, 0)
+    if len(pairs) and int(length.max()) > max_length:
+        raise ValueError(f"example of {int(length.max())} tokens exceeds max_seq_length={max_length}")
+    flat: list[int] = []
+    for a, b in pairs:
+        flat.append(cls_id)
+        flat.extend(a)
+        flat.append(sep_id)
+        if b:
+            flat.extend(b)
+            flat.append(sep_id)
+    position = np.arange(max_length)
+    real = position < length[:, None]
+    input_ids = np.zeros((len(pairs), max_length), np.int64)
+    input_ids[real] = flat
+    second = real & (position >= (first_len + 2)[:, None])
+    return {"input_ids": input_ids, "input_mask": real.astype(np.int64), "segment_ids": second.astype(np.int64)}
+
+
+def build_batches(documents: Iterable[Sequence[Sequence[int]]], builder: ExampleBuilder, batch_size: int = 1024
+                  ) -> Iterator[records.SampleBatch]:
+    """`build_examples` as SampleBatches of up to `batch_size` examples (the builder makes segments)."""
+    if not builder.as_segments:
+        raise ValueError("build_batches needs an ExampleBuilder(..., as_segments=True)")
+    pairs: list = []
+
+    def flush() -> records.SampleBatch:
+        columns = segment_columns(pairs, builder.max_length, builder.cls_id, builder.sep_id)
+        pairs.clear()
+        return records.SampleBatch(columns)
+
+    for document in documents:
+        pairs.extend(builder.add_document(document))
+        if len(pairs) >= batch_size:
+            yield flush()
+    if pairs:
+        yield flush()
+
+
 # ------------------------------------------------------------------------------------------------ #
 # Documents
 # ------------------------------------------------------------------------------------------------ #
@@ -204,13 +283,24 @@ def read_text_documents(paths: Sequence[str], blanks_separate_docs: bool, on_bad
                         ) -> Iterator[list[str]]:
     """Documents (lists of stripped non-empty lines). A blank line ends one only if `blanks_separate_docs`;
     a new file always does (the original flushes at the end of every file)."""
+    for text in document_texts(paths, blanks_separate_docs, on_bad_utf8):
+        yield corpus.document_lines(text)
+
+
+def document_texts(paths: Sequence[str], blanks_separate_docs: bool, on_bad_utf8: str = "error",
+                   keep: Callable[[int], bool] | None = None) -> Iterator[str]:
+    """The documents of `read_text_documents` as raw texts, only those whose index has keep(index) (all
+    without `keep`): a shard copies out and splits into lines only its own."""
     if blanks_separate_docs:
-        yield from corpus.read_documents(list(paths), on_bad_utf8)
+        yield from corpus.iter_document_texts(list(paths), on_bad_utf8, keep)
         return
+    index = -1
     for path in paths:
-        lines = [s for s in (line.strip() for _, line in corpus.iter_lines(path, on_bad_utf8)) if s]
-        if lines:
-            yield lines
+        text = corpus.read_text(path, on_bad_utf8)
+        if text and not text.isspace():
+            index += 1
+            if keep is None or keep(index):
+                yield text
 
 
 # ------------------------------------------------------------------------------------------------ #
@@ -329,22 +419,24 @@ class ElectraPretrain(WordpieceCorpusProblem):
         hp = self.hparams
         encoder = self.encoder(data_dir)
         builder = ExampleBuilder(hp.max_seq_length, encoder.special_ids["[CLS]"], encoder.special_ids["[SEP]"],
-                                 shard_rng(seed, split, shard_id), carry_overflow=hp.carry_overflow)
-        documents = read_text_documents(self.input_paths(), hp.blanks_separate_docs, hp.on_bad_utf8)
-        mine = select_documents(documents, split, shard_id, num_shards, hp.dev_fraction)
+                                 shard_rng(seed, split, shard_id), carry_overflow=hp.carry_overflow,
+                                 as_segments=True)
+        keep = document_selector(split, shard_id, num_shards, hp.dev_fraction)
+        mine = map(corpus.document_lines, document_texts(self.input_paths(), hp.blanks_separate_docs,
+                                                         hp.on_bad_utf8, keep))
         if hp.do_whole_word_mask:
             encode = self.word_continuations(encoder)
-            yield from map(with_word_start, build_examples((encode(doc) for doc in mine), builder))
+            yield from map(with_word_start, build_batches((encode(doc) for doc in mine), builder))
         else:
-            yield from build_examples((encode_lines(encoder, doc) for doc in mine), builder)
+            yield from build_batches((encode_lines(encoder, doc) for doc in mine), builder)
         stats = builder.stats
         logging.info("%s-%s shard %d/%d: %d examples from %d tokens, %.1f%% of them dropped, %.1f%% single-segment",
                      self.name, split, shard_id, num_shards, stats.examples, stats.tokens_in,
                      100 * stats.dropped_fraction, 100 * stats.single_segment / max(1, stats.examples))
 
     def generate_encoded_samples(self, data_dir: str, tmp_dir: str, split: str) -> Iterator[dict]:
-        """Everything as one shard (seed 0); the driver uses generate_shard."""
-        return self.generate_shard(data_dir, tmp_dir, split, 0, 1, 0)
+        """Everything as one shard (seed 0), as sample dicts (of arrays); the driver uses generate_shard."""
+        return records.iter_samples(self.generate_shard(data_dir, tmp_dir, split, 0, 1, 0))
 
     # ------------------------------------------------------------------ reading side
     def example_reading_spec(self) -> dict:
@@ -372,8 +464,8 @@ def encode_lines(encoder: Any, lines: Sequence[str]) -> list[list[int]]:
     return [encoder.encode(line) for line in lines]
 
 
-def with_word_start(example: dict[str, list[int]]) -> dict[str, list[int]]:
+def with_word_start(batch: records.SampleBatch) -> records.SampleBatch:
     """Move the continuation bits of `input_ids` into the `word_start` feature (1 = starts a word; [CLS], [SEP]
     and padding start their own)."""
-    ids, continues = word_segmenters.split_continuations(example["input_ids"])
-    return dict(example, input_ids=ids.tolist(), word_start=(~continues).astype(np.int64).tolist())
+    ids, continues = word_segmenters.split_continuations(batch.columns["input_ids"])
+    return records.SampleBatch(dict(batch.columns, input_ids=ids, word_start=(~continues).astype(np.int64)))

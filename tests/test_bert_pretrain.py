@@ -58,7 +58,8 @@ def run_shards(vocab_file: str, num_shards: int = 1, seed: int = 0, **kw) -> lis
     problem = bp.BertPretrain(hparams(vocab_file, **kw))
     out = []
     for shard in range(num_shards):
-        out.extend(problem.generate_shard("unused", "unused", "train", shard, num_shards, seed))
+        out.extend(records.iter_samples(problem.generate_shard("unused", "unused", "train", shard, num_shards,
+                                                               seed)))
     return out
 
 
@@ -328,6 +329,30 @@ def _original_truncation_lengths(la: int, lb: int, max_num_tokens: int) -> tuple
         else:
             lb -= 1
     return la, lb
+
+
+def test_randint_makes_the_draws_of_random_randint():
+    """bp.randint(getrandbits, a, b) returns what random.Random.randint(a, b) returns and leaves the
+    generator in the same state (n == 1 included: it still consumes a draw)."""
+    ours, theirs = random.Random(7), random.Random(7)
+    for a, b in [(0, 0), (1, 1), (2, 125), (0, 1), (1, 2), (0, 23), (5, 1 << 20), (0, 127), (0, 128)] * 50:
+        assert bp.randint(ours.getrandbits, a, b) == theirs.randint(a, b)
+    assert ours.getstate() == theirs.getstate()
+
+
+def test_flat_tokenization_equals_per_line(encoder):
+    """tokenize_documents through encode_flat gives the documents the per-line path gives."""
+    class PerLine:  # the encoder without its packed path
+        def encode_batch(self, lines):
+            return encoder.encode_batch(lines)
+    docs = [["Emma was rich.", "\x07\x07", "", "She was  clever ."], ["\x07"], [" Mr. Knightley. "]]
+    docs += [d for d in corpus.read_documents(EMMA)][:5]
+    flat = list(bp.tokenize_documents(docs, encoder))
+    per_line = list(bp.tokenize_documents(docs, PerLine()))
+    assert len(flat) == len(per_line) == 7
+    for a, b in zip(flat, per_line):
+        assert a.ids.dtype == b.ids.dtype == np.int32
+        assert a.ids.tolist() == b.ids.tolist() and list(a.bounds) == list(b.bounds)
 
 
 def test_truncate_seq_pair():

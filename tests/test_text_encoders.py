@@ -1,7 +1,8 @@
 """Tests of framework/text_encoders.py on real text (Emma) and small multilingual samples.
 
-Comparisons with the original implementations (bert-tensorflow's FullTokenizer, tensor2tensor's
-SubwordTextEncoder) run when those packages are installed and are skipped otherwise.
+Comparisons with the original implementations run when they are available and are skipped otherwise:
+google-research/bert's FullTokenizer is its own tokenization.py from ../shared/originals (unchanged, loaded
+by benchmarks/same_run.import_original), tensor2tensor's SubwordTextEncoder the PyPI package.
 """
 import hashlib
 import logging
@@ -9,6 +10,7 @@ import os
 import re
 import unicodedata
 
+import numpy as np
 import pytest
 
 from framework import text_encoders as te
@@ -147,15 +149,85 @@ def test_audit_agrees_on_every_bmp_character(wp_vocab):
     assert enc._hf_words(text) == te.bert_basic_tokenize(text)
 
 
-def test_against_bert_tensorflow_if_installed(wp_vocab):
-    tokenization = pytest.importorskip("bert.tokenization")
-    from absl import flags
-    flags.FLAGS.mark_as_parsed()  # bert-tensorflow reads a flag inside tokenize()
-    original = tokenization.FullTokenizer(wp_vocab, do_lower_case=True)
-    enc = te.WordpieceEncoder(wp_vocab)
-    texts = _emma_lines(3000) + MULTILINGUAL
-    assert enc.encode_batch(texts) == [
-        original.convert_tokens_to_ids(original.tokenize(t)) for t in texts]
+# Strings where a fast path could part from FullTokenizer: characters BERT deletes inside words (Cc, Cf,
+# NUL, U+FFFD; among them \x0b \x0c \x1c-\x1f \x85, which Python's str.split() would split at), BERT's
+# whitespace (Zs) and what str.split() splits at but BERT keeps (U+2028/9), leading/trailing/double spaces,
+# CJK beside Latin, accents precomposed and combining (also a mark alone after a space), final sigma with
+# every kind of neighbour, words at the 200-character limit before and after lower-casing and NFD,
+# punctuation ASCII and Unicode.
+ADVERSARIAL = [
+    "con\x0btrol a\x0cb x\x1cy\x1dz\x1e\x1fw in\x85side soft\xadhyphen zero\u200bwidth \ufeffbom a\u2060b d\x7fel",
+    "\x0b\x0c\x1c\x85 \x0bword\x0b word\x85. (\x1cparen\x1d)",
+    "nul\x00inside rep\ufffdlacement \x00 \ufffd \x07\x07 \x1b[0m",
+    "zs\u00a0no-break ogham\u1680mark en\u2002em\u2003thin\u2009hair\u200a narrow\u202fmath\u205fideo\u3000end",
+    "line\u2028sep para\u2029sep tab\there cr\rlf\r\nnl\nend",
+    "  leading and trailing  ", " ", "", "\t", "\u3000", "\x00", "\u0301", "double  space   triple",
+    "abc\u4e2ddef \u4e2d\u6587 \U00020000x \uf900y \u3400z \u2f800 \ud55c\uad6d\uc5b4 \u3072\u3089\u304c\u306a",
+    "\u00c9cole e\u0301cole \u0301alone x \u0301 \u00e9\u0301 \u0130stanbul \u1e9e \u01c5 \ufb01 \u00c5\u030a",
+    "\u039f\u0394\u039f\u03a3 \u0391\u03a3.\u0392 \u0391\u03a3\u4e2d\u0392 \u0391\u03a3\u00a0\u0392 "
+    "\u0391\u03a3\x0b\u0392 \u0391\u03a3'\u0392 \u0391\u03a3\u200b\u0392 \u03a3 \u03a3\u03a3 \u0391\u03a3\t\u0392",
+    "a" * 200 + " " + "A" * 201 + " " + "\u00e9" * 150 + " " + "e\u0301" * 120 + " " + "a" * 150 + "." + "b" * 150,
+    "\u0130" * 120 + " " + "\u0130" * 201 + " " + "x" * 199 + "\x0b" + "y",
+    "$^`~|<>=+ \u00abquotes\u00bb \u201elow\u201c \u2018single\u2019 \u2026 \u2013 \u2014 \u00bf\u00a1 1,000.50% @user",
+    "emoji \U0001f600\U0001f923 private\ue000use \U000f0000 unassigned \u0378 ZWJ\u200d\u200cjoin",
+]
+
+
+@pytest.fixture(scope="module")
+def original_tokenization():
+    """google-research/bert tokenization.py itself (../shared/originals, unchanged); skip when absent."""
+    try:
+        from benchmarks.same_run import import_original
+        return import_original("bert/tokenization.py")
+    except (ImportError, FileNotFoundError) as e:
+        pytest.skip(f"the original tokenization.py is not available: {e}")
+
+
+@pytest.mark.parametrize("lower", [True, False])
+def test_against_the_original_full_tokenizer(wp_vocab, wp_vocab_cased, original_tokenization, lower):
+    """Ids of the default encoder == google-research/bert FullTokenizer's, on Emma, the multilingual
+    samples and the adversarial strings (alone, glued to English, and twice so the second is a cache hit)."""
+    vocab = wp_vocab if lower else wp_vocab_cased
+    original = original_tokenization.FullTokenizer(vocab, do_lower_case=lower)
+    enc = te.WordpieceEncoder(vocab, do_lower_case=lower)
+    texts = _emma_lines(3000) + MULTILINGUAL + ADVERSARIAL
+    texts += [f"Emma {t} said" for t in ADVERSARIAL] + ADVERSARIAL
+    expected = [original.convert_tokens_to_ids(original.tokenize(t)) for t in texts]
+    assert enc.encode_batch(texts) == expected
+    assert [enc.encode(t) for t in reversed(texts)] == expected[::-1]
+    assert enc.encode(ADVERSARIAL[0].encode("utf-8")) == expected[len(texts) - len(ADVERSARIAL)]
+
+
+@pytest.mark.parametrize("lower", [True, False])
+def test_adversarial_strings_equal_the_reference(wp_vocab, wp_vocab_cased, lower, monkeypatch):
+    """The same strings against the pure-Python reference (runs without ../shared), with a chunk cache
+    so small that it is emptied many times: the ids never depend on the cache's state."""
+    monkeypatch.setattr(te, "_CHUNK_CACHE_LIMIT", 16)
+    monkeypatch.setattr(te, "_PIECE_CACHE_LIMIT", 8)
+    enc = te.WordpieceEncoder(wp_vocab if lower else wp_vocab_cased, do_lower_case=lower)
+    texts = ADVERSARIAL + [f"{a} {b}" for a, b in zip(ADVERSARIAL, reversed(ADVERSARIAL))] + _emma_lines(300)
+    expected = [enc.reference.encode(t) for t in texts]
+    for _ in range(2):
+        assert enc.encode_batch(texts) == expected
+        assert len(enc._chunks) <= 16 and len(enc._word_cache) <= 8
+    unk = enc.special_ids["[UNK]"]
+    long_words = enc.encode("a" * 200 + " " + "a" * 201)
+    assert long_words[-1] == unk and unk not in long_words[:-1]
+
+
+@pytest.mark.parametrize("backend", ["regex", "hf"])
+def test_encode_flat_packs_encode_batch(wp_vocab, backend):
+    """encode_flat == encode_batch, packed: the same ids in one int32 array and each text's count (texts
+    joined at spaces, empty texts, texts of spaces only, leading/trailing spaces)."""
+    enc = te.WordpieceEncoder(wp_vocab, backend=backend)
+    texts = _emma_lines(200) + ADVERSARIAL + MULTILINGUAL + ["", " ", "  a  ", "b"]
+    per_text = enc.encode_batch(texts)
+    ids, lengths = enc.encode_flat(texts)
+    assert ids.dtype == np.int32 and lengths.dtype == np.int64
+    assert lengths.tolist() == [len(x) for x in per_text]
+    assert ids.tolist() == [i for x in per_text for i in x]
+    empty_ids, empty_lengths = enc.encode_flat([])
+    assert len(empty_ids) == 0 and len(empty_lengths) == 0
 
 
 def test_wordpiece_decode_and_conversions(wp_vocab):
