@@ -17,7 +17,8 @@ CPU-second and per wall-second, ours / original on the same corpus (per core = C
 of the process tree [largest process], examples written and the share of tokens the builder dropped. Then the
 MARGINAL rate of each side (tokens of the big corpus minus the small one, over the CPU-s difference): the per-token
 cost without the fixed start-up (TF import ~2.6 CPU-s each side), which is what a large corpus pays; and ours' peak
-RSS on the small vs the big corpus (memory must not grow with the corpus). Figures: benchmarks/README.md.
+RSS on the small vs the big corpus (memory must not grow with the corpus; `--rss_mb=60` adds ours on 60 MB).
+Figures: benchmarks/README.md.
 
 Step: ELECTRA-small (hidden 256, 12 layers, embedding 128, generator 64 wide) at L128 on batches of the records made
 above, forward + backward + AdamW update, in fp32 or mixed bf16, with or without XLA (jit_compile). One warm-up step
@@ -148,6 +149,11 @@ def bench_datagen(args, work: str) -> str:
         if (small, "textrain") in one and (big, "textrain") in one:
             print(f"  ours' peak RSS: {one[(small, 'textrain')]['rss_mib']:.0f} MiB on {small:g} MB, "
                   f"{one[(big, 'textrain')]['rss_mib']:.0f} MiB on {big:g} MB")
+    for mb in [float(x) for x in args.rss_mb.split(",") if x]:  # memory on bigger corpora: ours only
+        path = same_run.plain_corpus(os.path.join(work, f"en_{mb:g}mb.txt"), mb)
+        r = run_ours(path, vocab, work, f"{mb:g}mb", 1)
+        print(f"  ours on {os.path.getsize(path) / 1e6:.1f} MB, 1 worker: peak RSS {r['rss_mib']:.0f} MiB, "
+              f"{r['cpu']:.1f} CPU-s, wall {r['wall']:.1f}s")
     big_runs = [r for mb, side, w, r in rows if mb == args.mb and side == "textrain"]
     if len(big_runs) > 1:
         print(f"  workers on {args.mb:g} MB: " + ", ".join(
@@ -214,6 +220,8 @@ def main() -> None:
     parser.add_argument("--small_mb", type=float, default=5, help="datagen: the small corpus (0: none)")
     parser.add_argument("--workers", default="1,2", help="datagen: our worker counts on the big corpus")
     parser.add_argument("--original", choices=["auto", "skip"], default="auto", help="datagen: run the original")
+    parser.add_argument("--rss_mb", default="", help="datagen: also run ours (1 worker) on corpora of these MB, "
+                        "comma-separated, to show its peak RSS does not grow with the corpus")
     parser.add_argument("--modes", default="fp32,bf16,fp32_xla,bf16_xla")
     parser.add_argument("--batch_size", type=int, default=32)
     parser.add_argument("--steps", type=int, default=3)
