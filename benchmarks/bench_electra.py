@@ -17,7 +17,10 @@ CPU-second and per wall-second, ours / original on the same corpus (per core = C
 of the process tree [largest process], examples written and the share of tokens the builder dropped. Then the
 MARGINAL rate of each side (tokens of the big corpus minus the small one, over the CPU-s difference): the per-token
 cost without the fixed start-up (TF import ~2.6 CPU-s each side), which is what a large corpus pays; and ours' peak
-RSS on the small vs the big corpus (memory must not grow with the corpus). Figures: benchmarks/README.md.
+RSS on the small vs the big corpus (memory must not grow with the corpus; `--rss_mb=60` adds ours on 60 MB).
+`--baseline_repo=DIR` also runs an older checkout of ours (e.g. the branch point) on the big corpus and says
+whether its shards are byte-identical to today's.
+Figures: benchmarks/README.md.
 
 Step: ELECTRA-small (hidden 256, 12 layers, embedding 128, generator 64 wide) at L128 on batches of the records made
 above, forward + backward + AdamW update, in fp32 or mixed bf16, with or without XLA (jit_compile). One warm-up step
@@ -80,16 +83,16 @@ def run_original(corpus: str, vocab: str, work: str, tag: str) -> dict:
     return result
 
 
-def run_ours(corpus: str, vocab: str, work: str, tag: str, workers: int) -> dict:
-    """`python -m framework.datagen --problem=electra_pretrain ...`, as a user runs it."""
+def run_ours(corpus: str, vocab: str, work: str, tag: str, workers: int, repo: str = REPO) -> dict:
+    """`python -m framework.datagen --problem=electra_pretrain ...`, as a user runs it (from `repo`)."""
     import shutil
-    data_dir = os.path.join(work, f"ours_{tag}_w{workers}")
+    data_dir = os.path.join(work, f"ours_{tag}_w{workers}" + ("" if repo == REPO else "_baseline"))
     shutil.rmtree(data_dir, ignore_errors=True)
     result = same_run.run_measured([
         sys.executable, "-m", "framework.datagen", "--problem=electra_pretrain", f"--data_dir={data_dir}",
         f"--input_file={corpus}", f"--vocab_file={vocab}", f"--num_workers={workers}",
         f"--max_seq_length={SETTINGS['max_seq_length']}", "--do_lower_case", "--blanks_separate_docs"],
-        adopt_orphans=True)
+        cwd=repo, adopt_orphans=True)
     import glob
     result["files"] = sorted(glob.glob(os.path.join(data_dir, "electra_pretrain", "*.tfrecord")))
     result["data_dir"] = data_dir
@@ -148,7 +151,23 @@ def bench_datagen(args, work: str) -> str:
         if (small, "textrain") in one and (big, "textrain") in one:
             print(f"  ours' peak RSS: {one[(small, 'textrain')]['rss_mib']:.0f} MiB on {small:g} MB, "
                   f"{one[(big, 'textrain')]['rss_mib']:.0f} MiB on {big:g} MB")
+    for mb in [float(x) for x in args.rss_mb.split(",") if x]:  # memory on bigger corpora: ours only
+        path = same_run.plain_corpus(os.path.join(work, f"en_{mb:g}mb.txt"), mb)
+        r = run_ours(path, vocab, work, f"{mb:g}mb", 1)
+        print(f"  ours on {os.path.getsize(path) / 1e6:.1f} MB, 1 worker: peak RSS {r['rss_mib']:.0f} MiB "
+              f"[largest process {r['rss_single_mib']:.0f}], "
+              f"{r['cpu']:.1f} CPU-s, wall {r['wall']:.1f}s")
     big_runs = [r for mb, side, w, r in rows if mb == args.mb and side == "textrain"]
+    if args.baseline_repo and big_runs:  # an older checkout of ours, e.g. the branch point, on the big corpus
+        import hashlib
+
+        def digests(files: list[str]) -> list[str]:
+            return [hashlib.sha256(open(f, "rb").read()).hexdigest() for f in files]
+        r = run_ours(corpora[args.mb], vocab, work, f"{args.mb:g}mb", 1, repo=os.path.abspath(args.baseline_repo))
+        print(f"  baseline {args.baseline_repo} on {args.mb:g} MB, 1 worker: {r['cpu']:.1f} CPU-s "
+              f"({tokens[args.mb] / r['cpu']:,.0f} tokens/CPU-s; now {big_runs[0]['cpu']:.1f}), peak RSS "
+              f"[largest] {r['rss_single_mib']:.0f} MiB (now {big_runs[0]['rss_single_mib']:.0f}); shards "
+              f"{'byte-identical' if digests(r['files']) == digests(big_runs[0]['files']) else 'DIFFER'}")
     if len(big_runs) > 1:
         print(f"  workers on {args.mb:g} MB: " + ", ".join(
             f"w{w}: wall {r['wall']:.1f}s ({big_runs[0]['wall'] / r['wall']:.2f}x), CPU {r['cpu']:.1f}s"
@@ -214,6 +233,10 @@ def main() -> None:
     parser.add_argument("--small_mb", type=float, default=5, help="datagen: the small corpus (0: none)")
     parser.add_argument("--workers", default="1,2", help="datagen: our worker counts on the big corpus")
     parser.add_argument("--original", choices=["auto", "skip"], default="auto", help="datagen: run the original")
+    parser.add_argument("--baseline_repo", default="", help="datagen: also run ours from this checkout (e.g. "
+                        "`git archive 13ae266 | tar -x -C DIR`) on the big corpus: CPU-s and identical shards")
+    parser.add_argument("--rss_mb", default="", help="datagen: also run ours (1 worker) on corpora of these MB, "
+                        "comma-separated, to show its peak RSS does not grow with the corpus")
     parser.add_argument("--modes", default="fp32,bf16,fp32_xla,bf16_xla")
     parser.add_argument("--batch_size", type=int, default=32)
     parser.add_argument("--steps", type=int, default=3)

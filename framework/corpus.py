@@ -9,13 +9,16 @@ Decisions:
 - Bytes that are not UTF-8 are an error naming the file and line by default. `on_bad_utf8="replace"`
   substitutes U+FFFD, `"skip"` drops the line; both count what they did and log it once per file.
 - A document never continues into the next file, and empty documents are never yielded.
-- Speed (issue #12): documents are read in blocks of `BLOCK_BYTES` (cut at line ends, decoded in one call),
-  split at blank lines by one regex, and a document's lines are split only when someone wants them
-  (`iter_document_texts` + `document_lines`): a datagen shard that scans the whole corpus to find its own
-  round-robin documents then pays C-speed scanning for the others (tf.io.gfile's per-line `readline` cost
-  ~7 us a line, most of electra_pretrain's time when 8 shards each read the corpus). A block with bytes
-  that are not UTF-8 falls back to the per-line decoding of `iter_lines`, so messages, line numbers and the
-  replace/skip policies are the same. Memory: one block plus the current document.
+- Speed (issue #12): files are read in blocks of `BLOCK_BYTES` cut at line ends. `iter_document_texts`
+  finds documents in the raw bytes (blank lines = lines of UTF-8 whitespace only, exactly str.isspace) and,
+  with `keep`, decodes and copies out only the documents asked for; `document_lines` splits one into lines.
+  A datagen shard that scans the whole corpus for its round-robin documents thus pays a C-speed byte scan
+  for the others (tf.io.gfile's per-line `readline` costs ~7 us a line: most of electra_pretrain's time
+  when its 8 shards each read the corpus). Bytes that are not UTF-8 fall back to the per-line decoding of
+  `iter_lines` (same messages, line numbers, replace/skip); with `keep` they are reported by the reader
+  that keeps their document (a shard fails on its own documents only). "skip", which can empty a document
+  and so shift the indices after it, decodes every block first. As tf.io.gfile's readline does, carriage
+  returns of uncompressed files are dropped wherever they are. Memory: one block plus the current document.
 """
 from __future__ import annotations
 

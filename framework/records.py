@@ -105,6 +105,8 @@ def _varint(n: int) -> bytes:
 def _varints(values: np.ndarray) -> tuple[bytes, np.ndarray]:
     """Varint bytes of int64 `values` (negatives as 10-byte two's complement) and each one's length."""
     v = values.astype(np.int64).view(np.uint64)
+    if not v.size or int(v.max()) < 0x80:  # masks, segment ids, labels: each value is its own byte
+        return v.astype(np.uint8).tobytes(), np.ones(v.size, np.int64)
     nbytes = np.searchsorted(_THRESHOLDS, v, side="right") + 1
     width = int(nbytes.max())  # token ids need 2-3 bytes: only compute those columns
     groups = ((v[:, None] >> _SHIFTS[None, :width]) & np.uint64(0x7F)).astype(np.uint8)
