@@ -154,6 +154,20 @@ def test_sample_span_masks_matches_the_original(reverse):
     assert (got.sum(axis=1) == goal).all()
 
 
+def test_smallest_keys_is_a_stable_ranking_even_with_ties():
+    rng = np.random.default_rng(5)
+    keys = np.round(rng.random([400, 24]), 1)  # many equal keys: every row takes the tie path
+    taken = rng.random([400, 24]) < 0.3
+    need = rng.integers(1, (~taken).sum(axis=1) + 1)
+    got = xp.smallest_keys(keys, taken, need)
+    for r in range(400):
+        free = [i for i in np.argsort(keys[r], kind="stable") if not taken[r, i]][:need[r]]
+        assert sorted(np.flatnonzero(got[r]).tolist()) == sorted(free)
+    distinct = rng.random([50, 24])  # the common case, without ties
+    got = xp.smallest_keys(distinct, np.zeros([50, 24], bool), np.full(50, 5))
+    np.testing.assert_array_equal(got, distinct <= np.sort(distinct, axis=1)[:, 4:5])
+
+
 def test_span_masks_are_word_aligned_ngrams():
     """Spans start at word starts; their lengths follow p(n) ∝ 1/n (before the top-up)."""
     rng = np.random.default_rng(2)
@@ -217,6 +231,40 @@ def test_documents_reproduce_the_file(tmp_path):
     joined = xp.join_streams(parts)
     np.testing.assert_array_equal(joined[0], whole[0])
     np.testing.assert_array_equal(joined[1], whole[1])
+
+
+def test_documents_from_ids_equals_the_per_line_loop():
+    rng = np.random.default_rng(4)
+    words = ["a", "b c", "", "  ", "d e f", "\t", "g"]
+    docs = [xp.Document(int(i > 3), [words[j] for j in rng.integers(0, len(words), rng.integers(1, 9))])
+            for i in range(8)]
+    ids_of = {w: [100 + k for k in range(len(w.split()))] for w in words}
+    for use_eod in (True, False):
+        texts = [ln.strip() for d in docs for ln in d.lines if ln.strip()]
+        flat = np.array([i for t in texts for i in ids_of[t]], np.int32)
+        got = xp.documents_from_ids(docs, flat, np.array([len(ids_of[t]) for t in texts]), use_eod)
+        for d, (f, ids, sent) in zip(docs, got):
+            want_ids, want_sent = xp.encode_document(d.lines, iter([ids_of[ln.strip()] for ln in d.lines
+                                                                     if ln.strip()]), use_eod)
+            assert f == d.file_index
+            np.testing.assert_array_equal(ids, want_ids)
+            np.testing.assert_array_equal(sent, want_sent)
+
+
+def test_shard_documents_in_any_order_equal_a_fresh_read(tmp_path):
+    """A worker's reader continues forward from the last shard it read, or starts over."""
+    path = tmp_path / "c.txt"
+    with open(EMMA, encoding="utf-8") as f:
+        path.write_text(f.read())
+    fresh = {k: [d.lines for d in xp.shard_documents([str(path)], k, 5)] for k in range(5)}
+    xp._CURSOR.clear()
+    assert sum(len(v) for v in fresh.values()) == len(list(xp.iter_documents([str(path)])))
+    for k in (0, 2, 3, 1, 4, 4, 0):
+        assert [d.lines for d in xp.shard_documents([str(path)], k, 5)] == fresh[k]
+    # a half-read shard leaves the reader where it stopped; the next shard is still right
+    first = next(xp.iter_shard_documents([str(path)], 1, 5))
+    assert first.lines == fresh[1][0]
+    assert [d.lines for d in xp.shard_documents([str(path)], 2, 5)] == fresh[2]
 
 
 def test_document_shards_are_contiguous_and_balanced():
