@@ -1,19 +1,23 @@
 """Benchmark: ELECTRA pretraining data generation and the ELECTRA-small training step on CPU.
 
-    python benchmarks/bench_electra.py                         # datagen 1 and 2 workers, then the step
-    python benchmarks/bench_electra.py --part=datagen --workers=1,2,4
+    nice -n 10 python benchmarks/bench_electra.py --part=datagen            # 5 and 20 MB, original and ours
+    python benchmarks/bench_electra.py --part=datagen --mb=4 --small_mb=0 --original=skip   # quick, ours only
     python benchmarks/bench_electra.py --part=step --modes=fp32,bf16,fp32_xla,bf16_xla --batch_size=16 --steps=3
 
-Datagen, in the setting of ../shared/DESIGN.md §7: ../shared/corpora/en/jane_austen_novels.txt.gz (4.0 MB),
-max_seq_length 128, default semantics (the overflow is dropped, as the original does). The WordPiece vocab (30522
-requested) is built once from the corpus by our `prepare` and not timed; the original script is given a vocab too.
-Each run is a fresh process, so its wall includes the TensorFlow import, as the DESIGN's figure does (7.4 s wall,
-122k corpus WordPiece tokens/s, 494 MiB for google-research/electra's `build_pretraining_dataset.py`, 1 process).
-Reported: wall, corpus tokens / wall (the DESIGN's measure), the time spent after the import, CPU seconds of the
-process tree and tokens per CPU-second (less distorted than wall time on a shared, loaded machine; it includes the
-TensorFlow import of every process), examples written, the share of tokens the builder dropped, and the largest
-child's peak RSS. Where the time goes (in-process, Austen, one shard): WordPiece ~75 %, Example serialisation
-(framework.records) ~18 %, reading ~2 %, this problem's builder ~5 %.
+Datagen, same run (issue #12): a plain corpus of at least `--mb` MB (20) and one of `--small_mb` MB (5) are built
+from ../shared/corpora/en by `same_run.plain_corpus` (whole documents, one sentence per line, blank lines between
+documents). google-research/electra's `build_pretraining_dataset.py` runs unchanged (../shared/originals, through
+`same_run.original_cmd`: 1 process, --max-seq-length=128, --do-lower-case, blank lines separate documents) and ours
+runs as a user types it (`python -m framework.datagen --problem=electra_pretrain`, 1 worker, then 2 on the big
+corpus; the same settings; the overflow dropped as the original does), both through `same_run.run_measured`: a
+fresh process each, so both include the TensorFlow import. The WordPiece vocab (30522 requested) is learned once by
+our `prepare` from the small corpus and given to both sides (not timed).
+Printed per run: wall s, CPU s of the process tree, corpus WordPiece tokens (counted once with our encoder) per
+CPU-second and per wall-second, ours / original on the same corpus (per core = CPU-s ratio, wall ratio), peak RSS
+of the process tree [largest process], examples written and the share of tokens the builder dropped. Then the
+MARGINAL rate of each side (tokens of the big corpus minus the small one, over the CPU-s difference): the per-token
+cost without the fixed start-up (TF import ~2.6 CPU-s each side), which is what a large corpus pays; and ours' peak
+RSS on the small vs the big corpus (memory must not grow with the corpus). Figures: benchmarks/README.md.
 
 Step: ELECTRA-small (hidden 256, 12 layers, embedding 128, generator 64 wide) at L128 on batches of the records made
 above, forward + backward + AdamW update, in fp32 or mixed bf16, with or without XLA (jit_compile). One warm-up step
@@ -23,10 +27,7 @@ L128, batch 32: 8.3 s/step fp32, 5.5 bf16; XLA slower on this CPU. ELECTRA-small
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import resource
-import subprocess
 import sys
 import tempfile
 import time
@@ -35,92 +36,124 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-DEFAULT_CORPUS = os.path.join(os.path.dirname(REPO), "shared", "corpora", "en", "jane_austen_novels.txt.gz")
-ORIGINAL = dict(wall=7.4, tokens_per_s=122e3, rss_mib=494)
+from benchmarks import same_run  # noqa: E402  (one way to measure a side, run an original, build a corpus)
 
-# Run in a fresh process: import, then generate; prints one JSON line.
-_CHILD = """
-import json, resource, sys, time
-def cpu():
-    return sum(getattr(resource.getrusage(w), f) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
-               for f in ("ru_utime", "ru_stime"))
-t0 = time.time()
-sys.path.insert(0, {repo!r})
-from problems.electra_pretrain import ElectraPretrain, ElectraPretrainHParams
-t1, c1 = time.time(), cpu()
-hp = ElectraPretrainHParams(input_file={corpus!r}, vocab_file={vocab!r}, max_seq_length=128,
-                            carry_overflow={carry!r})
-manifest = ElectraPretrain(hp).generate_data({out!r}, {out!r} + "/tmp", num_workers={workers}, seed=0)["train"]
-t2 = time.time()
-print(json.dumps(dict(import_s=t1 - t0, generate_s=t2 - t1, generate_cpu=cpu() - c1,
-                      examples=manifest["num_examples"])))
-"""
+SETTINGS = dict(max_seq_length=128)  # lower-case, blank lines separate documents: both sides' defaults, passed
 
 
-def corpus_tokens(corpus: str, vocab: str) -> tuple[int, float]:
-    """(WordPiece tokens in the corpus, tokenizer seconds) with our encoder."""
+def corpus_tokens(corpus: str, vocab: str) -> int:
+    """WordPiece tokens of the corpus's non-empty lines with our encoder (the rates' numerator)."""
     from framework import corpus as corpus_lib
     from framework.text_encoders import WordpieceEncoder
     encoder = WordpieceEncoder(vocab, do_lower_case=True)
-    lines = [line for _, line in corpus_lib.iter_lines(corpus) if line.strip()]
-    start = time.process_time()
-    total = sum(len(ids) for ids in encoder.encode_batch(lines))
-    return total, time.process_time() - start
+    return sum(len(ids) for doc in corpus_lib.read_documents([corpus]) for ids in encoder.encode_batch(doc))
 
 
-def kept_tokens(data_dir: str) -> int:
-    """Non-special tokens in the written train records (to report the share the builder dropped)."""
+def content_tokens(files: list[str], length: int) -> tuple[int, int]:
+    """(examples, tokens other than [CLS]/[SEP]) in ELECTRA records: what the builder kept."""
     import tensorflow as tf
-    from problems.electra_pretrain import ElectraPretrain
-    problem = ElectraPretrain()
-    total = 0
-    spec = {"input_mask": tf.io.FixedLenFeature([128], tf.int64), "segment_ids": tf.io.FixedLenFeature([128], tf.int64)}
-    for path in problem.data_files(data_dir, "train"):
-        for record in tf.data.TFRecordDataset(path).batch(1024):
-            parsed = tf.io.parse_example(record, spec)
-            mask, seg = parsed["input_mask"].numpy(), parsed["segment_ids"].numpy()
-            total += int(mask.sum()) - 2 * len(mask) - int((seg.max(axis=1) == 1).sum())  # [CLS], [SEP](s)
-    return total
+    spec = {"input_mask": tf.io.FixedLenFeature([length], tf.int64),
+            "segment_ids": tf.io.FixedLenFeature([length], tf.int64)}
+    examples = kept = 0
+    for batch in tf.data.TFRecordDataset(files).batch(4096):
+        parsed = tf.io.parse_example(batch, spec)
+        mask, seg = parsed["input_mask"].numpy(), parsed["segment_ids"].numpy()
+        examples += len(mask)
+        kept += int(mask.sum()) - 2 * len(mask) - int((seg.max(axis=1) == 1).sum())
+    return examples, kept
 
 
-def bench_datagen(corpus: str, workers: list[int], work: str, carry: bool) -> str:
+def run_original(corpus: str, vocab: str, work: str, tag: str) -> dict:
+    """The original, unchanged, on a folder holding only `corpus` (it reads every file of --corpus-dir)."""
+    folder = os.path.join(work, f"corpus_{tag}")
+    os.makedirs(folder, exist_ok=True)
+    link = os.path.join(folder, os.path.basename(corpus))
+    if not os.path.exists(link):
+        os.symlink(os.path.abspath(corpus), link)
+    out = os.path.join(work, f"original_{tag}")
+    result = same_run.run_measured(same_run.original_cmd("electra/build_pretraining_dataset.py", [
+        f"--corpus-dir={folder}", f"--vocab-file={vocab}", f"--output-dir={out}",
+        f"--max-seq-length={SETTINGS['max_seq_length']}", "--num-processes=1", "--do-lower-case"]),
+        adopt_orphans=True)
+    import glob
+    result["files"] = sorted(glob.glob(os.path.join(out, "pretrain_data.tfrecord-*")))
+    return result
+
+
+def run_ours(corpus: str, vocab: str, work: str, tag: str, workers: int) -> dict:
+    """`python -m framework.datagen --problem=electra_pretrain ...`, as a user runs it."""
+    import shutil
+    data_dir = os.path.join(work, f"ours_{tag}_w{workers}")
+    shutil.rmtree(data_dir, ignore_errors=True)
+    result = same_run.run_measured([
+        sys.executable, "-m", "framework.datagen", "--problem=electra_pretrain", f"--data_dir={data_dir}",
+        f"--input_file={corpus}", f"--vocab_file={vocab}", f"--num_workers={workers}",
+        f"--max_seq_length={SETTINGS['max_seq_length']}", "--do_lower_case", "--blanks_separate_docs"],
+        adopt_orphans=True)
+    import glob
+    result["files"] = sorted(glob.glob(os.path.join(data_dir, "electra_pretrain", "*.tfrecord")))
+    result["data_dir"] = data_dir
+    return result
+
+
+def bench_datagen(args, work: str) -> str:
+    """The same-run comparison; returns the data_dir of ours' 1-worker run on the big corpus (for the step)."""
     from problems.electra_pretrain import ElectraPretrain, ElectraPretrainHParams
+    os.makedirs(work, exist_ok=True)
+    sizes = [mb for mb in (args.small_mb, args.mb) if mb > 0]
+    corpora = {mb: same_run.plain_corpus(os.path.join(work, f"en_{mb:g}mb.txt"), mb) for mb in sizes}
     vocab_dir = os.path.join(work, "vocab")
-    problem = ElectraPretrain(ElectraPretrainHParams(input_file=corpus))
     start = time.time()
+    problem = ElectraPretrain(ElectraPretrainHParams(input_file=corpora[sizes[0]]))
     problem.prepare(vocab_dir, "")
     vocab = problem.vocab_path(vocab_dir)
-    print(f"vocab: {vocab} built in {time.time() - start:.1f}s (not timed below)")
-    tokens, tok_s = corpus_tokens(corpus, vocab)
-    print(f"corpus: {corpus} ({os.path.getsize(corpus) / 1e6:.1f} MB gz), {tokens:,} WordPiece tokens; "
-          f"our encoder alone: {tokens / tok_s / 1e3:,.0f}k tokens per CPU-second\n")
-    print(f"{'run':34s} {'wall s':>7s} {'after import':>12s} {'tokens/s':>10s} {'vs original':>11s} "
-          f"{'CPU s':>6s} {'tok/CPU-s':>9s} {'(after import)':>14s} {'examples':>8s} {'dropped':>7s} {'peak RSS':>9s}")
-    print(f"{'original, 1 process (DESIGN §7)':34s} {ORIGINAL['wall']:7.1f} {'':>12s} "
-          f"{ORIGINAL['tokens_per_s'] / 1e3:9.0f}k {'1.0x':>11s} {'':>6s} {'':>9s} {'':>14s} {'':>8s} {'~17%':>7s} "
-          f"{ORIGINAL['rss_mib']:6d} MiB")
-    data_dir = ""
-    for n in workers:
-        data_dir = os.path.join(work, f"data_{n}{'_carry' if carry else ''}")
-        script = _CHILD.format(repo=REPO, corpus=corpus, vocab=vocab, carry=carry, out=data_dir, workers=n)
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        start = time.time()
-        proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
-        wall = time.time() - start
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
-        if proc.returncode:
-            raise RuntimeError(f"datagen with {n} workers failed:\n{proc.stderr[-3000:]}")
-        result = json.loads(proc.stdout.strip().splitlines()[-1])
-        rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-        dropped = 1 - kept_tokens(data_dir) / tokens
-        rate = tokens / wall
-        label = f"textrain, {n} worker{'s' if n > 1 else ''}{', carry_overflow' if carry else ''}"
-        print(f"{label:34s} {wall:7.1f} {result['generate_s']:11.1f}s {rate / 1e3:9.0f}k "
-              f"{rate / ORIGINAL['tokens_per_s']:10.1f}x {cpu:6.1f} {tokens / cpu / 1e3:8.0f}k "
-              f"{tokens / result['generate_cpu'] / 1e3:13.0f}k "
-              f"{result['examples']:8d} {100 * dropped:6.1f}% {rss:6.0f} MiB", flush=True)
-    return data_dir
+    print(f"vocab {vocab} learned from the {sizes[0]:g} MB corpus in {time.time() - start:.0f}s (not timed); "
+          f"{os.cpu_count()} cores; load average {os.getloadavg()[0]:.1f}; work dir {work}")
+    tokens = {mb: corpus_tokens(path, vocab) for mb, path in corpora.items()}
+    for mb, path in corpora.items():
+        print(f"corpus {path}: {os.path.getsize(path) / 1e6:.1f} MB, {tokens[mb]:,} WordPiece tokens")
+    rows: list[tuple[float, str, int, dict]] = []
+    for mb in sizes:
+        if args.original != "skip":
+            rows.append((mb, "original", 1, run_original(corpora[mb], vocab, work, f"{mb:g}mb")))
+        for w in ([1] if mb != args.mb else [int(x) for x in args.workers.split(",")]):
+            rows.append((mb, "textrain", w, run_ours(corpora[mb], vocab, work, f"{mb:g}mb", w)))
+            print(f"  ... {mb:g} MB textrain w{w}: {rows[-1][3]['cpu']:.1f} CPU-s", flush=True)
+    print(f"\n{'corpus':>7s} {'side':9s} {'proc':>4s} {'wall s':>7s} {'CPU s':>6s} {'tok/CPU-s':>10s} "
+          f"{'tok/wall-s':>10s} {'x orig/core':>11s} {'x orig wall':>11s} {'peak RSS MiB':>14s} {'examples':>8s} "
+          f"{'dropped':>7s}")
+    originals = {mb: r for mb, side, _, r in rows if side == "original"}
+    for mb, side, w, r in rows:
+        examples, kept = content_tokens(r["files"], SETTINGS["max_seq_length"])
+        ref = originals.get(mb)
+        per_core = f"{ref['cpu'] / r['cpu']:10.2f}x" if ref else f"{'-':>11s}"
+        per_wall = f"{ref['wall'] / r['wall']:10.2f}x" if ref else f"{'-':>11s}"
+        print(f"{mb:5g}MB {side:9s} {w:4d} {r['wall']:7.1f} {r['cpu']:6.1f} {tokens[mb] / r['cpu']:10,.0f} "
+              f"{tokens[mb] / r['wall']:10,.0f} {per_core} {per_wall} {r['rss_mib']:7.0f} [{r['rss_single_mib']:4.0f}] "
+              f"{examples:8d} {100 * (1 - kept / tokens[mb]):6.1f}%")
+    print("(wall and CPU include the TensorFlow import of every process; 'x orig/core' = original CPU-s / ours on "
+          "the same corpus; RSS: process tree [largest process]; the machine is shared: CPU-s are the stable figure)")
+    if len(sizes) == 2:
+        small, big = sizes
+        one = {(mb, side): r for mb, side, w, r in rows if w == 1}
+        print(f"\nmarginal rate, {small:g} -> {big:g} MB (start-up excluded: extra tokens / extra CPU-s):")
+        marginal = {}
+        for side in ("original", "textrain"):
+            if (small, side) in one and (big, side) in one:
+                extra = one[(big, side)]["cpu"] - one[(small, side)]["cpu"]
+                marginal[side] = (tokens[big] - tokens[small]) / extra
+                print(f"  {side:9s} {marginal[side]:12,.0f} tokens per CPU-second")
+        if len(marginal) == 2:
+            print(f"  ours / original per core, marginal: {marginal['textrain'] / marginal['original']:.2f}x")
+        if (small, "textrain") in one and (big, "textrain") in one:
+            print(f"  ours' peak RSS: {one[(small, 'textrain')]['rss_mib']:.0f} MiB on {small:g} MB, "
+                  f"{one[(big, 'textrain')]['rss_mib']:.0f} MiB on {big:g} MB")
+    big_runs = [r for mb, side, w, r in rows if mb == args.mb and side == "textrain"]
+    if len(big_runs) > 1:
+        print(f"  workers on {args.mb:g} MB: " + ", ".join(
+            f"w{w}: wall {r['wall']:.1f}s ({big_runs[0]['wall'] / r['wall']:.2f}x), CPU {r['cpu']:.1f}s"
+            for (mb, side, w, r) in rows if mb == args.mb and side == "textrain"))
+    return big_runs[0]["data_dir"] if big_runs else ""
 
 
 def bench_step(data_dir: str | None, modes: list[str], batch_size: int, steps: int) -> None:
@@ -176,10 +209,11 @@ def bench_step(data_dir: str | None, modes: list[str], batch_size: int, steps: i
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--corpus", default=DEFAULT_CORPUS)
     parser.add_argument("--part", choices=["all", "datagen", "step"], default="all")
-    parser.add_argument("--workers", default="1,2")
-    parser.add_argument("--carry_overflow", action="store_true", help="datagen with the overflow carried")
+    parser.add_argument("--mb", type=float, default=20, help="datagen: the big corpus, MB of ../shared/corpora/en")
+    parser.add_argument("--small_mb", type=float, default=5, help="datagen: the small corpus (0: none)")
+    parser.add_argument("--workers", default="1,2", help="datagen: our worker counts on the big corpus")
+    parser.add_argument("--original", choices=["auto", "skip"], default="auto", help="datagen: run the original")
     parser.add_argument("--modes", default="fp32,bf16,fp32_xla,bf16_xla")
     parser.add_argument("--batch_size", type=int, default=32)
     parser.add_argument("--steps", type=int, default=3)
@@ -189,12 +223,11 @@ def main() -> None:
     work = args.work_dir or tempfile.mkdtemp(prefix="bench_electra_")
     data_dir = None
     if args.part in ("all", "datagen"):
-        if not os.path.exists(args.corpus):
-            print(f"{args.corpus} is absent (../shared/corpora not available): datagen skipped; "
+        if not os.path.isdir(same_run.CORPUS_EN):
+            print(f"{same_run.CORPUS_EN} is absent (../shared/corpora not available): datagen skipped; "
                   f"the step runs on random ids")
         else:
-            data_dir = bench_datagen(args.corpus, [int(w) for w in args.workers.split(",")], work,
-                                     args.carry_overflow)
+            data_dir = bench_datagen(args, work)
     if args.part in ("all", "step"):
         bench_step(data_dir, [m for m in args.modes.split(",") if m], args.batch_size, args.steps)
 

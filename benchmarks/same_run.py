@@ -78,14 +78,42 @@ def children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def run_measured(cmd: list[str], cwd: str = REPO, env: dict | None = None) -> dict:
+def _become_subreaper() -> bool:
+    """Linux: orphaned descendants are re-parented to this process (not init), so it can reap them and
+    their CPU lands in RUSAGE_CHILDREN (prctl PR_SET_CHILD_SUBREAPER). False where unavailable."""
+    try:
+        import ctypes
+        return ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _reap_adopted() -> None:
+    """Wait for every remaining child (the adopted orphans of the command just run)."""
+    while True:
+        try:
+            os.waitpid(-1, 0)
+        except ChildProcessError:
+            return
+
+
+def run_measured(cmd: list[str], cwd: str = REPO, env: dict | None = None, adopt_orphans: bool = False) -> dict:
     """Runs `cmd` to completion: wall s, CPU s of its process tree, peak RSS MiB (tree and largest
-    process) and its output. A failure raises with the tail of the output."""
+    process) and its output. A failure raises with the tail of the output.
+
+    `adopt_orphans`: also count processes the command leaves running when it exits, e.g. a
+    multiprocessing forkserver (it reaps the pool workers it forked, but nobody reaps it, so without this
+    its and its workers' CPU escape RUSAGE_CHILDREN): this process becomes their subreaper and waits for
+    them. Only for callers that run nothing else in the background."""
+    if adopt_orphans:
+        _become_subreaper()
     cpu0, start = children_cpu(), time.time()
     proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
     rss = PeakRss(proc.pid)
     out, _ = proc.communicate()
+    if adopt_orphans:
+        _reap_adopted()
     wall = time.time() - start
     total, single = rss.stop()
     if proc.returncode:

@@ -18,6 +18,7 @@ File discipline (tensor2tensor's, made strict):
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import random
@@ -200,6 +201,92 @@ def serialize_samples(samples: list[Mapping[str, Any]]) -> tuple[list[bytes], di
 
 
 # ----------------------------------------------------------------------------------------------- #
+# columns: many samples of fixed-length numeric features, serialized without per-value Python work
+# ----------------------------------------------------------------------------------------------- #
+@dataclasses.dataclass
+class SampleBatch:
+    """N samples as columns, name -> numeric array [N, k] (k >= 1, the same k for every sample): what a
+    problem whose features all have fixed lengths may yield from `generate_shard` instead of N dicts.
+    `write_shard` writes exactly the bytes the N dicts would give, without building them (pretraining
+    datagen makes its features as arrays: ELECTRA's three [max_seq_length] rows)."""
+
+    columns: dict[str, np.ndarray]
+
+    def __post_init__(self) -> None:
+        sizes = {name: np.shape(v) for name, v in self.columns.items()}
+        rows = {shape[0] if len(shape) == 2 else None for shape in sizes.values()}
+        if not self.columns or len(rows) != 1 or None in rows:
+            raise RecordError(f"a SampleBatch needs [N, k] arrays with the same N, got {sizes}")
+        for name, shape in sizes.items():
+            if shape[1] == 0:
+                raise RecordError(f"feature {name!r} is empty; every feature needs at least one value")
+
+    def __len__(self) -> int:
+        return len(next(iter(self.columns.values())))
+
+    def samples(self) -> Iterator[dict[str, np.ndarray]]:
+        """The batch as sample dicts (rows), for callers that want dicts."""
+        for i in range(len(self)):
+            yield {name: v[i] for name, v in self.columns.items()}
+
+
+def iter_samples(items: Iterable[Mapping[str, Any] | SampleBatch]) -> Iterator[Mapping[str, Any]]:
+    """Sample dicts of a stream that may hold SampleBatches."""
+    for item in items:
+        if isinstance(item, SampleBatch):
+            yield from item.samples()
+        else:
+            yield item
+
+
+def _entry_head(key: bytes, tag: bytes, size: int) -> bytes:
+    """Everything of one `Features.feature` map entry before its packed data of `size` bytes."""
+    head = b"\x0a" + _varint(len(key)) + key + b"\x12"
+    v_size = _varint(size)
+    inner = 1 + len(v_size) + size
+    v_inner = _varint(inner)
+    feat = 1 + len(v_inner) + inner
+    v_feat = _varint(feat)
+    entry = len(head) + len(v_feat) + feat
+    return b"\x0a" + _varint(entry) + head + v_feat + tag + v_inner + b"\x0a" + v_size
+
+
+def serialize_batch(batch: SampleBatch) -> tuple[list[bytes], dict[str, float]]:
+    """`serialize_samples(list(batch.samples()))`, computed column-wise: each feature's packed values for
+    all rows in one numpy pass; per record only a join of cached entry heads and slices."""
+    names = sorted(batch.columns)
+    n = len(batch)
+    heads, blobs, offsets, feature_max = [], [], [], {}
+    for name in names:
+        values = np.asarray(batch.columns[name])
+        if values.dtype.kind in "biu":
+            blob, nbytes = _varints(values.reshape(-1))
+            sizes = nbytes.reshape(n, -1).sum(axis=1)
+            tag = b"\x1a"
+        elif values.dtype.kind == "f":
+            blob, tag = values.astype("<f4").tobytes(), b"\x12"
+            sizes = np.full(n, values.shape[1] * 4)
+        else:
+            raise RecordError(f"feature {name!r}: a SampleBatch holds numbers only, got {values.dtype}")
+        feature_max[name] = float(values.max())
+        key = name.encode("utf-8")
+        cache: dict[int, bytes] = {}
+        sizes = sizes.tolist()
+        heads.append([cache.get(z) or cache.setdefault(z, _entry_head(key, tag, z)) for z in sizes])
+        blobs.append(blob)
+        offsets.append(np.concatenate([[0], np.cumsum(sizes)]).tolist())
+    out = []
+    for i in range(n):
+        parts = []
+        for head, blob, off in zip(heads, blobs, offsets):
+            parts.append(head[i])
+            parts.append(blob[off[i]:off[i + 1]])
+        body = b"".join(parts)
+        out.append(b"\x0a" + _varint(len(body)) + body)
+    return out, feature_max
+
+
+# ----------------------------------------------------------------------------------------------- #
 # atomic file helpers
 # ----------------------------------------------------------------------------------------------- #
 _HOST = re.sub(r"[^A-Za-z0-9_]", "_", socket.gethostname()) or "host"
@@ -292,17 +379,6 @@ class _Stats:
         return {"count": self.count, "feature_max": self.feature_max}
 
 
-def _chunks(samples: Iterable[Mapping[str, Any]], size: int) -> Iterator[list]:
-    chunk = []
-    for s in samples:
-        chunk.append(s)
-        if len(chunk) == size:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk
-
-
 class _BoundedShuffler:
     """Exact shuffle of serialized records with bounded memory (spill to random buckets)."""
 
@@ -349,17 +425,39 @@ class _BoundedShuffler:
             remove_if_exists(self._bucket_path(i))
 
 
-def write_shard(path: str, samples: Iterable[Mapping[str, Any]], *, shuffle_rng: random.Random | None,
-                settings_hash: str, shuffle_memory_bytes: int = 256 << 20) -> dict:
-    """Write one shard atomically; returns its statistics (also stored beside it)."""
+def _serialized_chunks(items: Iterable[Mapping[str, Any] | SampleBatch]
+                       ) -> Iterator[tuple[list[bytes], dict[str, float]]]:
+    """Serialized records with their feature maxima, chunk by chunk: dicts 512 at a time, a SampleBatch
+    as it comes (a record's bytes do not depend on its neighbours, so the chunking changes nothing)."""
+    pending: list[Mapping[str, Any]] = []
+    for item in items:
+        if isinstance(item, SampleBatch):
+            if pending:
+                yield serialize_samples(pending)
+                pending = []
+            if len(item):
+                yield serialize_batch(item)
+            continue
+        pending.append(item)
+        if len(pending) == 512:
+            yield serialize_samples(pending)
+            pending = []
+    if pending:
+        yield serialize_samples(pending)
+
+
+def write_shard(path: str, samples: Iterable[Mapping[str, Any] | SampleBatch], *,
+                shuffle_rng: random.Random | None, settings_hash: str, shuffle_memory_bytes: int = 256 << 20
+                ) -> dict:
+    """Write one shard atomically; returns its statistics (also stored beside it). `samples` are dicts,
+    or SampleBatches of many at once (the same bytes)."""
     tmp = incomplete_path(path)
     stats = _Stats()
     shuffler = (_BoundedShuffler(shuffle_rng, path, shuffle_memory_bytes)
                 if shuffle_rng is not None else None)
     try:
         with tf.io.TFRecordWriter(tmp) as writer:
-            for chunk in _chunks(samples, 512):
-                serialized, feature_max = serialize_samples(chunk)
+            for serialized, feature_max in _serialized_chunks(samples):
                 stats.add(len(serialized), feature_max)
                 for record in serialized:
                     if shuffler is None:

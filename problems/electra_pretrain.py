@@ -50,7 +50,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from framework import corpus, text_encoders, word_segmenters
+from framework import corpus, records, text_encoders, word_segmenters
 from framework.problem import DatasetSplit, ModeKeys, shard_rng
 from framework.flags import help_text
 from framework.registry import register_problem
@@ -119,11 +119,12 @@ class ExampleBuilder:
     """Turns a stream of tokenised sentences, document by document, into ELECTRA examples.
 
     `add_sentence` and `end_document` return the examples they complete (a list: with `carry_overflow` one long
-    sentence can complete several).
+    sentence can complete several): feature dicts, or with `as_segments` the (A, B) id lists that
+    `segment_columns` turns into features many at a time (the datagen's path: no per-example dict or padding).
     """
 
     def __init__(self, max_length: int, cls_id: int, sep_id: int, rng: random.Random,
-                 carry_overflow: bool = False):
+                 carry_overflow: bool = False, as_segments: bool = False):
         if max_length < MIN_RANDOM_TARGET:
             raise ValueError(f"max_seq_length must be at least {MIN_RANDOM_TARGET}, got {max_length}")
         self.max_length = max_length
@@ -131,17 +132,19 @@ class ExampleBuilder:
         self.sep_id = sep_id
         self.rng = rng
         self.carry_overflow = carry_overflow
+        self.as_segments = as_segments
         self.stats = BuilderStats()
         self._sentences: list[list[int]] = []
         self._length = 0
         self._target = max_length
 
-    def add_sentence(self, token_ids: Sequence[int]) -> list[dict[str, list[int]]]:
+    def add_sentence(self, token_ids: Sequence[int]) -> list:
         """Adds one sentence of the current document."""
-        if not token_ids:  # an empty sentence changes nothing in the original either
+        if not len(token_ids):  # an empty sentence changes nothing in the original either
             return []
         self.stats.tokens_in += len(token_ids)
-        self._sentences.append(list(token_ids))
+        # The builder never changes a sentence in place (cuts make new lists), so a list is kept as given.
+        self._sentences.append(token_ids if type(token_ids) is list else list(token_ids))
         self._length += len(token_ids)
         examples = []
         while self._length >= self._target:
@@ -151,7 +154,7 @@ class ExampleBuilder:
                 self._sentences, self._length = [carried], len(carried)
         return examples
 
-    def end_document(self) -> list[dict[str, list[int]]]:
+    def end_document(self) -> list:
         """Flushes what the document left as one (shorter) example."""
         return [self._create_example()] if self._length else []
 
@@ -175,7 +178,7 @@ class ExampleBuilder:
         self._length = capacity
         return tail
 
-    def _create_example(self) -> dict[str, list[int]]:
+    def _create_example(self) -> dict[str, list[int]] | tuple[list[int], list[int]]:
         first, second = split_segments(self._sentences, self._target, self.max_length, self.rng)
         self._sentences, self._length = [], 0
         if self.rng.random() < RANDOM_TARGET_PROB:
@@ -185,6 +188,8 @@ class ExampleBuilder:
         self.stats.examples += 1
         self.stats.tokens_kept += len(first) + len(second)
         self.stats.single_segment += not second
+        if self.as_segments:
+            return first, second
         return make_features(first, second, self.max_length, self.cls_id, self.sep_id)
 
 
@@ -197,6 +202,53 @@ def build_examples(documents: Iterable[Sequence[Sequence[int]]], builder: Exampl
         yield from builder.end_document()
 
 
+def segment_columns(pairs: Sequence[tuple[Sequence[int], Sequence[int]]], max_length: int, cls_id: int,
+                    sep_id: int) -> dict[str, np.ndarray]:
+    """`make_features` of many (A, B) pairs at once, as int64 arrays [N, max_length]: the ids of all
+    examples are laid out in one list and scattered into the zero matrix by a mask (row-major order)."""
+    first_len = np.fromiter((len(a) for a, _ in pairs), np.int64, len(pairs))
+    second_len = np.fromiter((len(b) for _, b in pairs), np.int64, len(pairs))
+    length = first_len + 2 + np.where(second_len > 0, second_len + 1, 0)
+    if len(pairs) and int(length.max()) > max_length:
+        raise ValueError(f"example of {int(length.max())} tokens exceeds max_seq_length={max_length}")
+    flat: list[int] = []
+    for a, b in pairs:
+        flat.append(cls_id)
+        flat.extend(a)
+        flat.append(sep_id)
+        if b:
+            flat.extend(b)
+            flat.append(sep_id)
+    position = np.arange(max_length)
+    real = position < length[:, None]
+    input_ids = np.zeros((len(pairs), max_length), np.int64)
+    input_ids[real] = flat
+    second = real & (position >= (first_len + 2)[:, None])
+    return {"input_ids": input_ids, "input_mask": real.astype(np.int64), "segment_ids": second.astype(np.int64)}
+
+
+def build_batches(documents: Iterable[Sequence[Sequence[int]]], builder: ExampleBuilder, batch_size: int = 1024
+                  ) -> Iterator[records.SampleBatch]:
+    """`build_examples` as SampleBatches of up to `batch_size` examples (the builder makes segments)."""
+    if not builder.as_segments:
+        raise ValueError("build_batches needs an ExampleBuilder(..., as_segments=True)")
+    pairs: list = []
+
+    def flush() -> records.SampleBatch:
+        columns = segment_columns(pairs, builder.max_length, builder.cls_id, builder.sep_id)
+        pairs.clear()
+        return records.SampleBatch(columns)
+
+    for document in documents:
+        for sentence in document:
+            pairs.extend(builder.add_sentence(sentence))
+        pairs.extend(builder.end_document())
+        if len(pairs) >= batch_size:
+            yield flush()
+    if pairs:
+        yield flush()
+
+
 # ------------------------------------------------------------------------------------------------ #
 # Documents
 # ------------------------------------------------------------------------------------------------ #
@@ -204,13 +256,20 @@ def read_text_documents(paths: Sequence[str], blanks_separate_docs: bool, on_bad
                         ) -> Iterator[list[str]]:
     """Documents (lists of stripped non-empty lines). A blank line ends one only if `blanks_separate_docs`;
     a new file always does (the original flushes at the end of every file)."""
+    for text in document_texts(paths, blanks_separate_docs, on_bad_utf8):
+        yield corpus.document_lines(text)
+
+
+def document_texts(paths: Sequence[str], blanks_separate_docs: bool, on_bad_utf8: str = "error"
+                   ) -> Iterator[str]:
+    """The documents of `read_text_documents` as raw texts: a shard splits only its own into lines."""
     if blanks_separate_docs:
-        yield from corpus.read_documents(list(paths), on_bad_utf8)
+        yield from corpus.iter_document_texts(list(paths), on_bad_utf8)
         return
     for path in paths:
-        lines = [s for s in (line.strip() for _, line in corpus.iter_lines(path, on_bad_utf8)) if s]
-        if lines:
-            yield lines
+        text = corpus.read_text(path, on_bad_utf8)
+        if text and not text.isspace():
+            yield text
 
 
 # ------------------------------------------------------------------------------------------------ #
@@ -329,22 +388,23 @@ class ElectraPretrain(WordpieceCorpusProblem):
         hp = self.hparams
         encoder = self.encoder(data_dir)
         builder = ExampleBuilder(hp.max_seq_length, encoder.special_ids["[CLS]"], encoder.special_ids["[SEP]"],
-                                 shard_rng(seed, split, shard_id), carry_overflow=hp.carry_overflow)
-        documents = read_text_documents(self.input_paths(), hp.blanks_separate_docs, hp.on_bad_utf8)
-        mine = select_documents(documents, split, shard_id, num_shards, hp.dev_fraction)
+                                 shard_rng(seed, split, shard_id), carry_overflow=hp.carry_overflow,
+                                 as_segments=True)
+        texts = document_texts(self.input_paths(), hp.blanks_separate_docs, hp.on_bad_utf8)
+        mine = map(corpus.document_lines, select_documents(texts, split, shard_id, num_shards, hp.dev_fraction))
         if hp.do_whole_word_mask:
             encode = self.word_continuations(encoder)
-            yield from map(with_word_start, build_examples((encode(doc) for doc in mine), builder))
+            yield from map(with_word_start, build_batches((encode(doc) for doc in mine), builder))
         else:
-            yield from build_examples((encode_lines(encoder, doc) for doc in mine), builder)
+            yield from build_batches((encode_lines(encoder, doc) for doc in mine), builder)
         stats = builder.stats
         logging.info("%s-%s shard %d/%d: %d examples from %d tokens, %.1f%% of them dropped, %.1f%% single-segment",
                      self.name, split, shard_id, num_shards, stats.examples, stats.tokens_in,
                      100 * stats.dropped_fraction, 100 * stats.single_segment / max(1, stats.examples))
 
     def generate_encoded_samples(self, data_dir: str, tmp_dir: str, split: str) -> Iterator[dict]:
-        """Everything as one shard (seed 0); the driver uses generate_shard."""
-        return self.generate_shard(data_dir, tmp_dir, split, 0, 1, 0)
+        """Everything as one shard (seed 0), as sample dicts (of arrays); the driver uses generate_shard."""
+        return records.iter_samples(self.generate_shard(data_dir, tmp_dir, split, 0, 1, 0))
 
     # ------------------------------------------------------------------ reading side
     def example_reading_spec(self) -> dict:
@@ -372,8 +432,8 @@ def encode_lines(encoder: Any, lines: Sequence[str]) -> list[list[int]]:
     return [encoder.encode(line) for line in lines]
 
 
-def with_word_start(example: dict[str, list[int]]) -> dict[str, list[int]]:
+def with_word_start(batch: records.SampleBatch) -> records.SampleBatch:
     """Move the continuation bits of `input_ids` into the `word_start` feature (1 = starts a word; [CLS], [SEP]
     and padding start their own)."""
-    ids, continues = word_segmenters.split_continuations(example["input_ids"])
-    return dict(example, input_ids=ids.tolist(), word_start=(~continues).astype(np.int64).tolist())
+    ids, continues = word_segmenters.split_continuations(batch.columns["input_ids"])
+    return records.SampleBatch(dict(batch.columns, input_ids=ids, word_start=(~continues).astype(np.int64)))
