@@ -78,7 +78,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from framework import corpus, text_encoders
+from framework import corpus, records, text_encoders
 from framework.problem import (DataParams, DatasetSplit, Problem, SettingsMismatchError, check_settings,
                                shard_np_rng)
 from framework.flags import help_text
@@ -554,6 +554,23 @@ class Document:
     lines: list[str]
 
 
+def iter_file_lines(path: str, on_bad_utf8: str = "error") -> Iterator[list[str]]:
+    """The lines of a file (those of `corpus.iter_lines`, without newlines), a block at a time.
+
+    Read with the corpus module's block reader (one decode per ~4 MB instead of tf.io.gfile's
+    per-line readline, ~7x less CPU). The block reader drops carriage returns of plain files as
+    gfile's readline does; a .gz/.bz2 line keeps them, and `iter_lines` strips the trailing ones.
+    """
+    strip_cr = path.endswith((".gz", ".bz2"))
+    for block in corpus.iter_text_blocks(path, on_bad_utf8):
+        lines = block.split("\n")
+        if block.endswith("\n"):
+            lines.pop()
+        if strip_cr and "\r" in block:
+            lines = [line.rstrip("\r") for line in lines]
+        yield lines
+
+
 def iter_documents(paths: Sequence[str], on_bad_utf8: str = "error") -> Iterator[Document]:
     """Documents in corpus order. Leading blank lines of a file belong to its first document, so
     concatenating a file's documents gives back its lines."""
@@ -561,16 +578,17 @@ def iter_documents(paths: Sequence[str], on_bad_utf8: str = "error") -> Iterator
         lines: list[str] = []
         has_text = False  # the current document has a non-blank line
         ended = False     # ... and a blank line after it
-        for _, line in corpus.iter_lines(path, on_bad_utf8):
-            blank = not line.strip()
-            if not blank and ended:
-                yield Document(file_index, lines)
-                lines, has_text, ended = [], False, False
-            lines.append(line)
-            if blank:
-                ended = ended or has_text
-            else:
-                has_text = True
+        for block in iter_file_lines(path, on_bad_utf8):
+            for line in block:
+                blank = not line.strip()
+                if not blank and ended:
+                    yield Document(file_index, lines)
+                    lines, has_text, ended = [], False, False
+                lines.append(line)
+                if blank:
+                    ended = ended or has_text
+                else:
+                    has_text = True
         if lines:
             yield Document(file_index, lines)
 
@@ -750,6 +768,7 @@ class XlnetPretrain(Problem):
         super().__init__(hparams)
         validate_hparams(self.hparams)
         self._encoders: dict[str, text_encoders.SentencePieceEncoder] = {}
+        self._start_tables: dict[str, np.ndarray] = {}
 
     # ---------------------------------------------------------------- vocabulary
     def sp_model_path(self, data_dir: str) -> str:
@@ -784,8 +803,12 @@ class XlnetPretrain(Problem):
         return {"input": self.encoder(data_dir)}
 
     def start_piece_table(self, data_dir: str) -> np.ndarray:
-        enc = self.encoder(data_dir)
-        return start_piece_table(enc.convert_ids_to_tokens(list(range(enc.vocab_size))))
+        """bool[vocab] of word-start pieces, made once per model (~0.03 s for 32000 pieces)."""
+        path = self.sp_model_path(data_dir)
+        if path not in self._start_tables:
+            enc = self.encoder(data_dir)
+            self._start_tables[path] = start_piece_table(enc.convert_ids_to_tokens(list(range(enc.vocab_size))))
+        return self._start_tables[path]
 
     # ---------------------------------------------------------------- generation
     def dataset_splits(self) -> list[tuple[str, int]]:
@@ -808,14 +831,15 @@ class XlnetPretrain(Problem):
         return encode_documents_flat(docs, self.encoder(data_dir).encode_batch_flat, self.hparams.use_eod)
 
     def generate_shard(self, data_dir: str, tmp_dir: str, split: str, shard_id: int, num_shards: int,
-                       seed: int) -> Iterator[dict]:
+                       seed: int) -> Iterator[records.SampleBatch]:
         encoded = self.shard_stream_documents(data_dir, split, shard_id, num_shards)
         table = self.start_piece_table(data_dir)
         cfg = RecordSettings.from_hparams(self.hparams)
         for pass_id in range(self.hparams.num_passes):
             rng = shard_np_rng(seed, f"{split}/pass-{pass_id}", shard_id)
             data, sent_ids = pass_stream(encoded, rng)
-            yield from iter_records(data, sent_ids, cfg, table, rng)
+            for chunk in iter_record_batches(data, sent_ids, cfg, table, rng):
+                yield records.SampleBatch(chunk)  # written column-wise: no dict per record
 
     def manifest_settings(self, data_dir: str) -> dict:
         hp = self.hparams

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from framework import records
 from framework.problem import DataParams
 from framework.text_encoders import train_sentencepiece
 from problems import xlnet_pretrain as xp
@@ -251,6 +252,22 @@ def test_documents_from_ids_equals_the_per_line_loop():
             np.testing.assert_array_equal(sent, want_sent)
 
 
+@pytest.mark.parametrize("suffix", [".txt", ".gz"])
+def test_file_lines_are_those_of_iter_lines(tmp_path, suffix, monkeypatch):
+    """Block reading gives corpus.iter_lines's lines: carriage returns, no final newline, bad bytes."""
+    import gzip
+    from framework import corpus
+    monkeypatch.setattr(corpus, "BLOCK_BYTES", 64)  # many blocks, lines across block ends
+    raw = ("one\r\ntwo\r\r\n\r\n  \nin\rside\n" + "long line " * 30 + "\n\n").encode() + b"bad \xff byte\nlast"
+    path = str(tmp_path / f"c{suffix}")
+    with (gzip.open if suffix == ".gz" else open)(path, "wb") as f:
+        f.write(raw)
+    for policy in ("replace", "skip"):
+        want = [line for _, line in corpus.iter_lines(path, policy)]
+        assert [ln for block in xp.iter_file_lines(path, policy) for ln in block] == want
+        assert [ln for d in xp.iter_documents([path], policy) for ln in d.lines] == want
+
+
 def test_shard_documents_in_any_order_equal_a_fresh_read(tmp_path):
     """A worker's reader continues forward from the last shard it read, or starts over."""
     path = tmp_path / "c.txt"
@@ -310,7 +327,7 @@ def small_hparams(sp_model, **kw):
 
 
 def shard_records(problem, seed=0, shard_id=0, num_shards=1):
-    recs = list(problem.generate_shard("unused", "", "train", shard_id, num_shards, seed))
+    recs = list(records.iter_samples(problem.generate_shard("unused", "", "train", shard_id, num_shards, seed)))
     return {k: np.stack([r[k] for r in recs]) for k in recs[0]}
 
 
