@@ -278,15 +278,20 @@ def main() -> None:
     print(f"\n{'problem':21s} {'batch':>8s} {'pipeline ex/s':>13s} {'all cores':>9s} {'CPU ms/1k':>9s} "
           f"{'step ex/s tiny':>14s} {'base':>5s} {'CPU ms/1k tiny':>14s} {'headroom tiny':>13s} {'(CPU)':>7s} "
           f"{'base':>7s}")
-    ok = lambda *ds: all(d and "error" not in d for d in ds)  # noqa: E731
+    def ok(*ds: dict | None) -> bool:
+        return all(d and "error" not in d for d in ds)
+
+    def num(value: float, good: bool, suffix: str = "") -> str:
+        return f"{value:,.0f}{suffix}" if good else "-"
+
     for name, case, one, every, tiny, big in rows:
         unit = " tokens" if case.params.get("batching") == "tokens" else ""
         print(f"{name:21s} {str(case.batch_size) + unit:>8s} {rate(one):>13s} {rate(every):>9s} "
-              f"{one['cpu_ms_per_1000'] if ok(one) else float('nan'):9.0f} {rate(tiny):>14s} {rate(big):>5s} "
-              f"{tiny['cpu_ms_per_1000'] if ok(tiny) else float('nan'):14.0f} "
-              f"{one['examples_per_s'] / tiny['examples_per_s'] if ok(one, tiny) else float('nan'):12.0f}x "
-              f"{tiny['cpu_ms_per_1000'] / one['cpu_ms_per_1000'] if ok(one, tiny) else float('nan'):6.0f}x "
-              f"{one['examples_per_s'] / big['examples_per_s'] if ok(one, big) else float('nan'):6.0f}x")
+              f"{num(one.get('cpu_ms_per_1000', 0), ok(one)):>9s} {rate(tiny):>14s} {rate(big):>5s} "
+              f"{num(tiny.get('cpu_ms_per_1000', 0), ok(tiny)):>14s} "
+              f"{num(ok(one, tiny) and one['examples_per_s'] / tiny['examples_per_s'], ok(one, tiny), 'x'):>13s} "
+              f"{num(ok(one, tiny) and tiny['cpu_ms_per_1000'] / one['cpu_ms_per_1000'], ok(one, tiny), 'x'):>7s} "
+              f"{num(ok(one, big) and one['examples_per_s'] / big['examples_per_s'], ok(one, big), 'x'):>7s}")
     print("(pipeline: problem.dataset('train') pinned to ONE core [and on all cores], examples/s of wall time; "
           "step: forward + backward + Adam on a real batch held in memory; headroom = one-core pipeline ex/s / "
           "step ex/s, (CPU) = step CPU per example / pipeline CPU per example (less distorted by a loaded "
