@@ -601,3 +601,8 @@ GOLDEN_SHA256 = {
 @pytest.mark.parametrize("name", sorted(GOLDEN))
 def test_records_identical_to_before_the_speed_work(name, tmp_path):
     assert golden_run(name, str(tmp_path)) == GOLDEN_SHA256[name]
+
+
+def test_records_identical_with_two_worker_processes(tmp_path):
+    """Determinism across worker counts: two real worker processes write the same bytes."""
+    assert golden_run("bi", str(tmp_path), workers=2) == GOLDEN_SHA256["bi"]
