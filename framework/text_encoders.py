@@ -34,6 +34,9 @@ Decisions:
   re-splits a piece ending in "<digit>," so numbers are not glued to commas. A model whose special
   ids differ from XLNET_SPECIAL_IDS is refused with a message naming the file (XLNet hard-codes them).
   `train_sentencepiece` passes `user_defined_symbols` as a list: the string form is mis-parsed at '"'.
+  `encode_batch_flat` (what datagen uses) gives the same ids with one SentencePiece batch call and
+  a numpy check for the ids the rule or <unk> touch; combining marks are removed by a regex that
+  keeps the BMP marks in one table-lookup class (9x faster than one class of all 912 marks).
 - SubwordTextEncoder keeps tensor2tensor's vocab file format (one quoted escaped subtoken per line,
   `<pad>_`=0 and `<EOS>_`=1), its tokenizer, escaping and greedy segmentation, so a vocab file gives
   the same ids in both. Speed: tokens are found by one regular expression instead of a per-character
@@ -745,12 +748,32 @@ XLNET_CONTROL_SYMBOLS = ["<cls>", "<sep>", "<pad>", "<mask>", "<eod>"]
 XLNET_USER_DEFINED_SYMBOLS = ["<eop>", ".", "(", ")", '"', "-", "\u2013", "\u00a3", "\u20ac"]
 
 
+def _char_ranges(codepoints: Sequence[int]) -> str:
+    """A regex character-class body of sorted code points, as ranges."""
+    runs: list[list[int]] = []
+    for cp in codepoints:
+        if runs and runs[-1][1] == cp - 1:
+            runs[-1][1] = cp
+        else:
+            runs.append([cp, cp])
+    return "".join(re.escape(chr(a)) if a == b else f"{re.escape(chr(a))}-{re.escape(chr(b))}"
+                   for a, b in runs)
+
+
 @functools.lru_cache(maxsize=1)
 def _combining_re() -> re.Pattern:
-    """A class of every character with a non-zero canonical combining class (built once, ~0.2 s)."""
-    chars = [chr(cp) for cp in range(0x300, sys.maxunicode + 1)
+    """Matches every character with a non-zero canonical combining class (built once, ~0.06 s).
+
+    Python's `re` tests a class of BMP characters with one table lookup but walks a list for a class
+    that holds characters beyond the BMP (205 combining marks are), so one class of all 912 marks
+    costs ~15 us per accented line. Here the BMP marks are one class, and a character beyond the
+    BMP (one range test) is checked against the others by a look-behind: 9x faster, same matches.
+    """
+    marks = [cp for cp in range(0x300, sys.maxunicode + 1)
              if not 0xD800 <= cp <= 0xDFFF and unicodedata.combining(chr(cp))]
-    return re.compile("[" + "".join(re.escape(c) for c in chars) + "]")
+    bmp = _char_ranges([cp for cp in marks if cp <= 0xFFFF])
+    astral = _char_ranges([cp for cp in marks if cp > 0xFFFF])
+    return re.compile(f"[{bmp}]|[\U00010000-\U0010ffff](?<=[{astral}])")
 
 
 def xlnet_preprocess_text(text: str, lower: bool = False, remove_space: bool = True,
@@ -797,6 +820,9 @@ class SentencePieceEncoder:
         # Ids whose piece ends in "<digit>," are the only ones the XLNet rule can touch.
         self._digit_comma_ids = frozenset(
             i for i in range(self.vocab_size) if _ends_with_digit_comma(self.sp.id_to_piece(i)))
+        # ... plus id 0 (<unk>: its text is unknown, so `encode` goes by pieces), as a bool table.
+        self._rule_ids = np.zeros(self.vocab_size, bool)
+        self._rule_ids[[0, *self._digit_comma_ids]] = True
         self._fingerprint: str | None = None
 
     def _find_special_ids(self) -> dict[str, int]:
@@ -848,7 +874,34 @@ class SentencePieceEncoder:
         return [self.sp.piece_to_id(p) for p in self._pieces_with_rule(text)]
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
-        return [self.encode(t) for t in texts]
+        """`[encode(t) for t in texts]`, faster (see `encode_batch_flat`)."""
+        ids, lengths = self.encode_batch_flat(texts)
+        ends = np.cumsum(lengths).tolist()
+        flat = ids.tolist()
+        return [flat[a:b] for a, b in zip([0] + ends[:-1], ends)]
+
+    def encode_batch_flat(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """The ids of every text, concatenated (int32), and each text's number of ids (int64).
+
+        Same ids as `encode` text by text (tests compare the two). Speed: one SentencePiece call
+        for all texts (its C++ batch, one thread: the parallelism is the datagen workers; ~25 % less
+        CPU than a call per text), and the digit-comma / <unk> check on the flat ids with numpy, so
+        only the (rare) texts holding such an id take the piece-by-piece path.
+        """
+        if not len(texts):
+            return np.zeros([0], np.int32), np.zeros([0], np.int64)
+        pre = [xlnet_preprocess_text(t, lower=self.uncased) for t in texts]
+        encoded = self.sp.encode(pre, num_threads=1)
+        lengths = np.fromiter(map(len, encoded), np.int64, count=len(encoded))
+        ends = np.cumsum(lengths)
+        flat = np.fromiter(itertools.chain.from_iterable(encoded), np.int32, count=int(ends[-1]))
+        suspect = np.flatnonzero(self._rule_ids[flat])
+        if suspect.size:
+            for i in np.unique(np.searchsorted(ends, suspect, side="right")).tolist():
+                encoded[i] = [self.sp.piece_to_id(p) for p in self._pieces_with_rule(pre[i])]
+            lengths = np.fromiter(map(len, encoded), np.int64, count=len(encoded))
+            flat = np.fromiter(itertools.chain.from_iterable(encoded), np.int32, count=int(lengths.sum()))
+        return flat, lengths
 
     def tokenize(self, text: str) -> list[str]:
         return self._pieces_with_rule(self.preprocess(text))

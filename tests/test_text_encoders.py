@@ -8,6 +8,7 @@ import hashlib
 import logging
 import os
 import re
+import sys
 import unicodedata
 
 import numpy as np
@@ -345,6 +346,29 @@ def test_sentencepiece_on_emma_and_samples(sp_model):
             assert cased.decode(ids) == " ".join(text.replace("``", '"').replace("''", '"').split())
         assert uncased.encode(text) == cased.encode(text.lower()) or not text.isascii()
     assert enc.fingerprint() == hashlib.sha256(open(sp_model, "rb").read()).hexdigest()
+
+
+@pytest.mark.parametrize("uncased", [False, True])
+def test_sentencepiece_batch_equals_encode(sp_model, uncased):
+    """encode_batch / encode_batch_flat give `encode`'s ids text by text (the per-text path is the
+    reference), on Emma, the multilingual samples and texts that take the piece path."""
+    enc = te.SentencePieceEncoder(sp_model, uncased=uncased)
+    texts = (_emma_lines(2500) + MULTILINGUAL + ["In 1815, 3,000 people came, and 7, said so.",
+             "x\ny with a newline", "😀 unknown 𝄞 astral", "ΟΔΟΣ\u2028ΣΟΦΟΣ", ""])
+    want = [enc.encode(t) for t in texts]
+    assert sum(0 in w for w in want) > 2  # <unk>: the piece path is exercised
+    assert enc.encode_batch(texts) == want
+    flat, lengths = enc.encode_batch_flat(texts)
+    assert flat.dtype == np.int32 and lengths.tolist() == [len(w) for w in want]
+    assert flat.tolist() == [i for w in want for i in w]
+    assert enc.encode_batch([]) == [] and enc.encode_batch_flat([])[0].size == 0
+
+
+def test_combining_marks_pattern_matches_unicodedata():
+    marks = te._combining_re()
+    text = "".join(chr(cp) for cp in range(sys.maxunicode + 1) if not 0xD800 <= cp <= 0xDFFF)
+    kept = marks.sub("", text)
+    assert kept == "".join(c for c in text if not unicodedata.combining(c))
 
 
 def test_sentencepiece_bad_files(tmp_path):

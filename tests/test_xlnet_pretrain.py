@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from framework import records
 from framework.problem import DataParams
 from framework.text_encoders import train_sentencepiece
 from problems import xlnet_pretrain as xp
@@ -154,6 +155,20 @@ def test_sample_span_masks_matches_the_original(reverse):
     assert (got.sum(axis=1) == goal).all()
 
 
+def test_smallest_keys_is_a_stable_ranking_even_with_ties():
+    rng = np.random.default_rng(5)
+    keys = np.round(rng.random([400, 24]), 1)  # many equal keys: every row takes the tie path
+    taken = rng.random([400, 24]) < 0.3
+    need = rng.integers(1, (~taken).sum(axis=1) + 1)
+    got = xp.smallest_keys(keys, taken, need)
+    for r in range(400):
+        free = [i for i in np.argsort(keys[r], kind="stable") if not taken[r, i]][:need[r]]
+        assert sorted(np.flatnonzero(got[r]).tolist()) == sorted(free)
+    distinct = rng.random([50, 24])  # the common case, without ties
+    got = xp.smallest_keys(distinct, np.zeros([50, 24], bool), np.full(50, 5))
+    np.testing.assert_array_equal(got, distinct <= np.sort(distinct, axis=1)[:, 4:5])
+
+
 def test_span_masks_are_word_aligned_ngrams():
     """Spans start at word starts; their lengths follow p(n) ∝ 1/n (before the top-up)."""
     rng = np.random.default_rng(2)
@@ -219,6 +234,56 @@ def test_documents_reproduce_the_file(tmp_path):
     np.testing.assert_array_equal(joined[1], whole[1])
 
 
+def test_documents_from_ids_equals_the_per_line_loop():
+    rng = np.random.default_rng(4)
+    words = ["a", "b c", "", "  ", "d e f", "\t", "g"]
+    docs = [xp.Document(int(i > 3), [words[j] for j in rng.integers(0, len(words), rng.integers(1, 9))])
+            for i in range(8)]
+    ids_of = {w: [100 + k for k in range(len(w.split()))] for w in words}
+    for use_eod in (True, False):
+        texts = [ln.strip() for d in docs for ln in d.lines if ln.strip()]
+        flat = np.array([i for t in texts for i in ids_of[t]], np.int32)
+        got = xp.documents_from_ids(docs, flat, np.array([len(ids_of[t]) for t in texts]), use_eod)
+        for d, (f, ids, sent) in zip(docs, got):
+            want_ids, want_sent = xp.encode_document(d.lines, iter([ids_of[ln.strip()] for ln in d.lines
+                                                                     if ln.strip()]), use_eod)
+            assert f == d.file_index
+            np.testing.assert_array_equal(ids, want_ids)
+            np.testing.assert_array_equal(sent, want_sent)
+
+
+@pytest.mark.parametrize("suffix", [".txt", ".gz"])
+def test_file_lines_are_those_of_iter_lines(tmp_path, suffix, monkeypatch):
+    """Block reading gives corpus.iter_lines's lines: carriage returns, no final newline, bad bytes."""
+    import gzip
+    from framework import corpus
+    monkeypatch.setattr(corpus, "BLOCK_BYTES", 64)  # many blocks, lines across block ends
+    raw = ("one\r\ntwo\r\r\n\r\n  \nin\rside\n" + "long line " * 30 + "\n\n").encode() + b"bad \xff byte\nlast"
+    path = str(tmp_path / f"c{suffix}")
+    with (gzip.open if suffix == ".gz" else open)(path, "wb") as f:
+        f.write(raw)
+    for policy in ("replace", "skip"):
+        want = [line for _, line in corpus.iter_lines(path, policy)]
+        assert [ln for block in xp.iter_file_lines(path, policy) for ln in block] == want
+        assert [ln for d in xp.iter_documents([path], policy) for ln in d.lines] == want
+
+
+def test_shard_documents_in_any_order_equal_a_fresh_read(tmp_path):
+    """A worker's reader continues forward from the last shard it read, or starts over."""
+    path = tmp_path / "c.txt"
+    with open(EMMA, encoding="utf-8") as f:
+        path.write_text(f.read())
+    fresh = {k: [d.lines for d in xp.shard_documents([str(path)], k, 5)] for k in range(5)}
+    xp._CURSOR.clear()
+    assert sum(len(v) for v in fresh.values()) == len(list(xp.iter_documents([str(path)])))
+    for k in (0, 2, 3, 1, 4, 4, 0):
+        assert [d.lines for d in xp.shard_documents([str(path)], k, 5)] == fresh[k]
+    # a half-read shard leaves the reader where it stopped; the next shard is still right
+    first = next(xp.iter_shard_documents([str(path)], 1, 5))
+    assert first.lines == fresh[1][0]
+    assert [d.lines for d in xp.shard_documents([str(path)], 2, 5)] == fresh[2]
+
+
 def test_document_shards_are_contiguous_and_balanced():
     sizes = np.array([10, 10, 10, 10, 50, 5, 5, 100, 10])
     owner = xp.document_shards(sizes, 3)
@@ -262,7 +327,7 @@ def small_hparams(sp_model, **kw):
 
 
 def shard_records(problem, seed=0, shard_id=0, num_shards=1):
-    recs = list(problem.generate_shard("unused", "", "train", shard_id, num_shards, seed))
+    recs = list(records.iter_samples(problem.generate_shard("unused", "", "train", shard_id, num_shards, seed)))
     return {k: np.stack([r[k] for r in recs]) for k in recs[0]}
 
 
@@ -429,3 +494,115 @@ def test_pass_stream_orders_files_per_pass_without_merging_sentences():
         join = 3 if data[0] == 1 else 2  # where the second file starts
         assert sent[join] != sent[join - 1]
     assert orders == {(1, 2, 3, 4, 5), (4, 5, 1, 2, 3)}  # documents keep their order within a file
+
+
+# ------------------------------------------------------------------------------------------------
+# Records identical to those of the code before the speed work (issue #12).
+#
+# GOLDEN_SHA256 was made at commit 13ae266 (the branch point of the speed work, before any of it) by
+# running `golden_run` below, unchanged, for each setting with one worker: the sha256 of every shard
+# file and of the encoded id streams. The corpus is built here from Emma plus lines written to hit
+# every special case of the text path (whitespace runs and Unicode spaces, `` '' quotes, accents and
+# NFKD ligatures, CJK and emoji that the model does not know (<unk>: the piece path), "<digit>,"
+# pieces, lines that preprocess to nothing, leading/trailing blank lines, two files); the
+# SentencePiece model is shipped (tests/data/xlnet_spiece_1200.model) because training one is not
+# bit-reproducible across thread counts. A faster implementation must give these exact bytes.
+XLNET_SP = os.path.join(HERE, "data", "xlnet_spiece_1200.model")
+TRICKY_LINES = [
+    "  Leading and trailing   spaces\tand\ttabs  ",
+    "``Quoted,'' she said, ``twice.''",
+    "Prices rose in 1815, 1,250, 3,000, and 42, all told; 7, 8, 9, then 10,000,000.",
+    "naïve café façade Ångström ﬁne ① ² Ｆｕｌｌｗｉｄｔｈ ÉCOLE",
+    "Greek ΟΔΟΣ σοφία, Russian Москва, Chinese 北京大学, emoji 😀🤣 and more.",
+    "zero\u200bwidth, nbsp\u00a0here, line\u2028separator, ideographic\u3000space, nel\x85end",
+    "e\u0301 a\u0300 o\u0308 combining marks",
+    "\u0301\u0308",
+    "\u200b",
+    " \x1c ",
+    "<eop>",
+    "A line with <eop> inside it.",
+    "...",
+    "- \u2013 \u2014 \u00a3 \u20ac",
+    "ALL CAPS LINE FOR THE UNCASED SETTING, 1,234,",
+]
+GOLDEN = {
+    "bi": dict(seq_len=64, reuse_len=32, bsz_per_host=8, num_core_per_host=2, num_predict=11,
+               bi_data=True, num_passes=2, shards=3, seed=7),
+    "uni_uncased_noeod": dict(seq_len=48, reuse_len=16, bsz_per_host=4, num_core_per_host=1,
+                              num_predict=9, bi_data=False, uncased=True, use_eod=False, mask_alpha=4,
+                              mask_beta=2, num_passes=1, shards=2, seed=11),
+}
+
+
+def golden_corpus(directory):
+    """Two files (paths, comma-joined) from Emma's first 1600 lines and TRICKY_LINES."""
+    with open(EMMA, encoding="utf-8") as f:
+        emma = [line.rstrip("\n") for line in f][:1600]
+    first = ["", ""] + emma[:300] + TRICKY_LINES + emma[300:900] + ["", "", ""] + TRICKY_LINES[::-1]
+    second = TRICKY_LINES + [""] + emma[900:] + [" ".join(emma[950:970]) * 3, "", "last line"]
+    paths = []
+    for i, lines in enumerate([first, second]):
+        path = os.path.join(directory, f"golden_{i}.txt")
+        with open(path, "w", encoding="utf-8") as f:
+            f.write("\n".join(lines) + ("\n" if i == 0 else ""))  # the second file has no final newline
+        paths.append(path)
+    return ",".join(paths)
+
+
+def golden_run(name, directory, workers=1):
+    """sha256 of every shard file and of each shard's encoded stream, for the setting `name`."""
+    import hashlib
+    settings = dict(GOLDEN[name])
+    shards, seed = settings.pop("shards"), settings.pop("seed")
+    hp = xp.XlnetPretrainHParams(input_file=golden_corpus(directory), sp_model=XLNET_SP, **settings)
+    problem = xp.XlnetPretrain(hp)
+    data_dir = os.path.join(directory, "data")
+    problem.generate_data(data_dir, "", num_workers=workers, seed=seed, num_shards={"train": shards})
+    out = {}
+    for path in sorted(glob.glob(os.path.join(problem.problem_dir(data_dir), "*.tfrecord"))):
+        out[os.path.basename(path)] = hashlib.sha256(open(path, "rb").read()).hexdigest()
+    for shard in range(shards):
+        h = hashlib.sha256()
+        for file_index, ids, sent in problem.shard_stream_documents(data_dir, "train", shard, shards):
+            h.update(np.int64(file_index).tobytes() + np.asarray(ids, "<i8").tobytes()
+                     + np.asarray(sent, np.uint8).tobytes())
+        out[f"ids-{shard}"] = h.hexdigest()
+    return out
+
+
+GOLDEN_SHA256 = {
+    "bi": {
+        "xlnet_pretrain-train-00000-of-00003.tfrecord":
+            "b08fd3f70b5a260e7a040426310a3a236648c4276d4546959bc1f0a2b6ba692c",
+        "xlnet_pretrain-train-00001-of-00003.tfrecord":
+            "1aaef39fa321ded75cde9a473b5397df6f951679778720b81eef5900fe3de9da",
+        "xlnet_pretrain-train-00002-of-00003.tfrecord":
+            "d6294217b4b5f4163954ecdc228779b05316a4dfd9b2fa0f62517ed5f4a7bab9",
+        "ids-0":
+            "99355006468947ebbd31969c6055939d2b3ff2a07d40a9ea3757208d0de9fd35",
+        "ids-1":
+            "6322041a286182432bd3116d3e17b2025b8fde9b25f9111594260db3e95d547b",
+        "ids-2":
+            "b63a9bb07de9974ab5f42576e7444f44b514057b84e76793dbcafd433825adb4",
+    },
+    "uni_uncased_noeod": {
+        "xlnet_pretrain-train-00000-of-00002.tfrecord":
+            "9d56383c4413ed61606f9bd8979394fb0e8c87b2a8974407c45bee8423df7572",
+        "xlnet_pretrain-train-00001-of-00002.tfrecord":
+            "d3c01adc2f4756c8599acfcd7f024adeec8e2908f85923d04c428743b1fd4cd6",
+        "ids-0":
+            "6a6757a4a1bf6bfe5bd213828a84ec63a8906c0f5a6f9bc83eb1b58aefcbf382",
+        "ids-1":
+            "a0563d8ef166f84fc0050a2c0fad11f01dcc5c32f1bf66fc180cbf22dcb13533",
+    },
+}
+
+
+@pytest.mark.parametrize("name", sorted(GOLDEN))
+def test_records_identical_to_before_the_speed_work(name, tmp_path):
+    assert golden_run(name, str(tmp_path)) == GOLDEN_SHA256[name]
+
+
+def test_records_identical_with_two_worker_processes(tmp_path):
+    """Determinism across worker counts: two real worker processes write the same bytes."""
+    assert golden_run("bi", str(tmp_path), workers=2) == GOLDEN_SHA256["bi"]
