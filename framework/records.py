@@ -82,8 +82,7 @@ def to_example(sample: Mapping[str, Any]) -> tf.train.Example:
 # encoding of every int feature over a chunk of samples with numpy. The message is the one
 # `to_example` builds (tests/test_framework.py checks); map entries are in sorted name order, fixed by
 # this code rather than by the protobuf version, which keeps shards byte-identical across installs.
-_SHIFTS = np.arange(10, dtype=np.uint64) * np.uint64(7)
-_THRESHOLDS = np.array([1 << (7 * k) for k in range(1, 10)], dtype=np.uint64)
+_THRESHOLDS = [1 << (7 * k) for k in range(1, 10)]  # a varint of v has 1 + #{t <= v} bytes
 
 
 def _encode_varint(n: int) -> bytes:
@@ -103,16 +102,36 @@ def _varint(n: int) -> bytes:
 
 
 def _varints(values: np.ndarray) -> tuple[bytes, np.ndarray]:
-    """Varint bytes of int64 `values` (negatives as 10-byte two's complement) and each one's length."""
-    v = values.astype(np.int64).view(np.uint64)
-    if not v.size or int(v.max()) < 0x80:  # masks, segment ids, labels: each value is its own byte
+    """Varint bytes of int64 `values` (negatives as 10-byte two's complement, as protobuf writes them) and
+    each one's length in bytes (int64).
+
+    Decisions (issue #12: this was the largest cost of pretraining datagen): the width of the widest value
+    bounds the work, so 0/1 masks take one cast and WordPiece ids (< 2^21) three byte positions; values
+    below 2^32 are shifted as uint32 (half the memory traffic of uint64). Each value's length is 1 plus
+    the thresholds 2^7, 2^14, ... it reaches; the output is one uint8 array written per byte position k
+    at `start + k` of the values that have a byte k (7 bits, 0x80 when a byte k+1 follows), instead of a
+    [values, width] matrix compressed by a mask. Negative values (and any >= 2^63 as uint64) take the
+    same path with width 10."""
+    v = np.asarray(values).astype(np.int64, copy=False).reshape(-1).view(np.uint64)
+    if not v.size:
+        return b"", np.zeros(0, np.int64)
+    vmax = int(v.max())
+    if vmax < 0x80:  # masks, segment ids, labels: each value is its own byte
         return v.astype(np.uint8).tobytes(), np.ones(v.size, np.int64)
-    nbytes = np.searchsorted(_THRESHOLDS, v, side="right") + 1
-    width = int(nbytes.max())  # token ids need 2-3 bytes: only compute those columns
-    groups = ((v[:, None] >> _SHIFTS[None, :width]) & np.uint64(0x7F)).astype(np.uint8)
-    col = np.arange(width)[None, :]
-    groups |= ((col < (nbytes - 1)[:, None]) * 0x80).astype(np.uint8)
-    return groups[col < nbytes[:, None]].tobytes(), nbytes
+    width = 1 + sum(vmax >= t for t in _THRESHOLDS)
+    w = v.astype(np.uint32) if vmax < 1 << 32 else v
+    nbytes = np.ones(v.size, np.int64)
+    for t in _THRESHOLDS[:width - 1]:
+        nbytes += w >= t
+    ends = np.cumsum(nbytes)
+    starts = ends - nbytes
+    out = np.empty(int(ends[-1]), np.uint8)
+    out[starts] = (w & 0x7F).astype(np.uint8) | ((nbytes > 1).astype(np.uint8) << 7)
+    for k in range(1, width):
+        has = np.flatnonzero(nbytes > k)  # the values that have a byte k
+        group = ((w[has] >> (7 * k)) & 0x7F).astype(np.uint8)
+        out[starts[has] + k] = group | ((nbytes[has] > k + 1).astype(np.uint8) << 7)
+    return out.tobytes(), nbytes
 
 
 def _kind(name: str, value: Any) -> str:

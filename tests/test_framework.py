@@ -136,6 +136,53 @@ def test_fast_serialization_equals_protobuf():
         records.serialize_samples([dict(samples[0], small=[])])
 
 
+def _varint_test_values(rng: np.random.Generator) -> list[np.ndarray]:
+    """int64 values of every varint length 1..10: both edges of each length, random ones inside, and
+    negatives (always 10 bytes); one array per widest length, so each width the encoder picks is used."""
+    by_length = [[0, 1, 127] + rng.integers(0, 128, 20).tolist()]
+    for length in range(2, 10):
+        lo, hi = 1 << (7 * (length - 1)), (1 << (7 * length)) - 1
+        by_length.append([lo, lo + 1, hi - 1, hi] + rng.integers(lo, hi, 20, endpoint=True).tolist())
+    by_length.append([2**63 - 1, 2**63 - 2, -1, -2, -128, -(2**63)]
+                     + rng.integers(-(2**63), 0, 20).tolist() + rng.integers(2**62, 2**63 - 1, 10).tolist())
+    arrays = []
+    for length in range(1, 11):  # lengths 1..L mixed and shuffled, so neighbours differ in length
+        a = np.array(sum(by_length[:length], []), np.int64)
+        arrays.append(a[rng.permutation(a.size)])
+    return arrays
+
+
+def test_varints_equal_protobuf_for_every_length():
+    """_varints writes exactly protobuf's varints (the packed payload of an Int64List), lengths 1..10."""
+    rng = np.random.default_rng(12)
+    for a in _varint_test_values(rng):
+        blob, nbytes = records._varints(a)
+        want = [tf.train.Int64List(value=[int(x)]).SerializeToString()[2:] for x in a]  # b"\x0a", length
+        assert blob == b"".join(want)
+        assert nbytes.tolist() == [len(w) for w in want]
+        assert records._varints(a.astype(np.uint64))[0] == blob  # uint64 input: the same bits
+    lengths = records._varints(np.array([0, 127, 128, 2**14 - 1, 2**14, 2**63 - 1, -1], np.int64))[1]
+    assert lengths.tolist() == [1, 1, 2, 2, 3, 9, 10]
+    for a in (np.arange(300) % 2 == 1, np.arange(250, dtype=np.uint8), np.arange(-3, 250, dtype=np.int32)):
+        want = [tf.train.Int64List(value=[int(x)]).SerializeToString()[2:] for x in a]  # narrower: as int64
+        assert records._varints(a)[0] == b"".join(want)
+    assert records._varints(np.zeros(0, np.int64))[0] == b""
+
+
+def test_serialize_batch_equals_protobuf_for_every_length():
+    """serialize_batch rows of int columns with values of every varint length = tf.train.Example's bytes."""
+    rng = np.random.default_rng(13)
+    for a in _varint_test_values(rng):
+        rows = a[: a.size // 4 * 4].reshape(-1, 4)
+        mask = (rows > 0).astype(np.int64)
+        serialized, feature_max = records.serialize_batch(records.SampleBatch({"ids": rows, "mask": mask}))
+        for row, m, got in zip(rows, mask, serialized):
+            assert tf.train.Example.FromString(got) == records.to_example({"ids": row, "mask": m})
+            one = records.serialize_batch(records.SampleBatch({"ids": row[None]}))[0][0]
+            assert one == records.to_example({"ids": row}).SerializeToString(deterministic=True)
+        assert feature_max["ids"] == float(rows.max())
+
+
 def test_bounded_shuffle_is_a_permutation(tmp_path):
     samples = [{"x": [i]} for i in range(500)]
     # A memory bound of ~1 KB forces spilling to bucket files.
