@@ -120,17 +120,18 @@ def _varints(values: np.ndarray) -> tuple[bytes, np.ndarray]:
         return v.astype(np.uint8).tobytes(), np.ones(v.size, np.int64)
     width = 1 + sum(vmax >= t for t in _THRESHOLDS)
     w = v.astype(np.uint32) if vmax < 1 << 32 else v
-    nbytes = np.ones(v.size, np.int64)
+    lengths = np.ones(v.size, np.uint8)  # uint8 while encoding: a quarter of int64's memory traffic
     for t in _THRESHOLDS[:width - 1]:
-        nbytes += w >= t
-    ends = np.cumsum(nbytes)
+        lengths += w >= t
+    ends = np.cumsum(lengths, dtype=np.int64)
+    nbytes = lengths.astype(np.int64)
     starts = ends - nbytes
     out = np.empty(int(ends[-1]), np.uint8)
-    out[starts] = (w & 0x7F).astype(np.uint8) | ((nbytes > 1).astype(np.uint8) << 7)
+    out[starts] = (w & 0x7F).astype(np.uint8) | ((lengths > 1).view(np.uint8) << 7)
     for k in range(1, width):
-        has = np.flatnonzero(nbytes > k)  # the values that have a byte k
+        has = np.flatnonzero(lengths > k)  # the values that have a byte k
         group = ((w[has] >> (7 * k)) & 0x7F).astype(np.uint8)
-        out[starts[has] + k] = group | ((nbytes[has] > k + 1).astype(np.uint8) << 7)
+        out[starts[has] + k] = group | ((lengths[has] > k + 1).view(np.uint8) << 7)
     return out.tobytes(), nbytes
 
 
