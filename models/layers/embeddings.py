@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from models.layers.fused import LayerNormalization
+
 LAYER_NORM_EPS = 1e-12  # the originals' LayerNorm epsilon
 
 
@@ -43,7 +45,7 @@ class TransformerEmbeddings(tf.keras.layers.Layer):
         self.max_position_embeddings = max_position_embeddings
         self.type_vocab_size = type_vocab_size
         self.initializer_range = initializer_range
-        self.layer_norm = tf.keras.layers.LayerNormalization(epsilon=layer_norm_eps, name="LayerNorm",
+        self.layer_norm = LayerNormalization(epsilon=layer_norm_eps, name="LayerNorm",
                                                              dtype=self.dtype_policy)
         self.dropout = tf.keras.layers.Dropout(dropout_rate, dtype=self.dtype_policy)
 
