@@ -191,14 +191,6 @@ def child_peer(args: argparse.Namespace) -> dict:
     return step_bench.time_steps(lambda: float(train_step(batch)), args.warmup, args.steps)
 
 
-def child_matmul(args: argparse.Namespace) -> dict:
-    import tensorflow as tf
-    gpus = tf.config.list_physical_devices("GPU")
-    n = 8192 if gpus else 2048
-    return {"fp32": step_bench.matmul_gflops("float32", n), "bf16": step_bench.matmul_gflops("bfloat16", n),
-            "gpu": tf.config.experimental.get_device_details(gpus[0]).get("device_name", "GPU") if gpus else ""}
-
-
 # --------------------------------------------------------------------------------------------- parent
 def peer_available(python: str) -> bool:
     if not os.path.exists(python):
@@ -229,14 +221,12 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     if args.child:
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-        fn = {"ours": child_ours, "peer": child_peer, "matmul": child_matmul}[args.child.split(":")[0]]
+        fn = {"ours": child_ours, "peer": child_peer}[args.child.split(":")[0]]
         print(step_bench.child_result(fn(args)), flush=True)
         return
     s = shapes(args)
     flops = step_flops(s)
-    peak = step_bench.parse_child(same_run.run_measured(
-        [sys.executable, os.path.abspath(__file__), "--child=matmul"],
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))["output"])
+    peak = step_bench.matmul_peak()
     on_gpu = bool(peak["gpu"])
     configs = [c for c in (args.configs or ("fp32,bf16,bf16_xla" if on_gpu else "fp32,bf16")).split(",") if c]
     sides = [x for x in args.sides.split(",") if x]

@@ -58,6 +58,24 @@ def matmul_gflops(dtype: str = "float32", n: int = 2048, repeats: int = 5) -> fl
     return 2 * n ** 3 / best / 1e9
 
 
+def matmul_peak() -> dict:
+    """The device's measured matmul GFLOP/s, fp32 and bf16, measured in a fresh process (so the caller's
+    threads and memory do not disturb it): {"fp32", "bf16", "gpu": device name or ""}."""
+    import sys
+    from benchmarks import same_run
+    out = same_run.run_measured([sys.executable, os.path.abspath(__file__), "--matmul"],
+                                env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))["output"]
+    return parse_child(out)
+
+
+def _matmul_child() -> dict:
+    import tensorflow as tf
+    gpus = tf.config.list_physical_devices("GPU")
+    n = 8192 if gpus else 2048
+    return {"fp32": matmul_gflops("float32", n), "bf16": matmul_gflops("bfloat16", n),
+            "gpu": tf.config.experimental.get_device_details(gpus[0]).get("device_name", "GPU") if gpus else ""}
+
+
 def fixed_dataset_fn(batch: dict) -> Callable:
     """`dataset_fn(InputContext)` for the Trainer: the same batch forever (speed does not depend on it)."""
     import tensorflow as tf
@@ -176,3 +194,9 @@ def parse_child(output: str) -> dict:
     if not lines:
         raise RuntimeError(f"no RESULT line in the child's output:\n{output[-3000:]}")
     return json.loads(lines[-1][len("RESULT "):])
+
+
+if __name__ == "__main__":
+    import sys
+    if sys.argv[1:] == ["--matmul"]:
+        print(child_result(_matmul_child()), flush=True)
