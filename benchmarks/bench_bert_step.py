@@ -233,12 +233,12 @@ def main(argv: list[str] | None = None) -> None:
     print(f"BERT-{args.size} ({s['layers']} layers, hidden {s['hidden']}, vocab {s['vocab']}) training step: "
           f"L={s['seq']} batch={s['batch']} predictions={s['predictions']}; {args.warmup} warm-up + "
           f"{args.steps} timed steps; each side a fresh process; model {flops / 1e9:,.0f} GFLOP/step")
-    print(f"device: {peak['gpu'] or f'CPU, {os.cpu_count()} cores'}; measured matmul peak "
-          f"fp32 {peak['fp32']:,.0f} GFLOP/s, bf16 {peak['bf16']:,.0f} GFLOP/s")
+    print(f"device: {peak['gpu'] or f'CPU, {os.cpu_count()} cores'}; measured matmul peak fp32 {peak['fp32']:,.0f} "
+          f"GFLOP/s ({peak['fp32_cpu']:,.0f} per CPU-s), bf16 {peak['bf16']:,.0f} GFLOP/s ({peak['bf16_cpu']:,.0f} per CPU-s)")
     if "peer" in sides and not peer_available(args.peer_python):
         print(f"peer not installed: {PEER_INSTALL}")
         sides.remove("peer")
-    print(f"{'config':<9} {'side':<10} {'s/step':>7} {'CPU s/step':>10} {'ex/s':>6} {'% matmul':>8} "
+    print(f"{'config':<9} {'side':<10} {'s/step':>7} {'CPU s/step':>10} {'ex/s':>6} {'% matmul':>8} {'(CPU)':>6} "
           f"{'warm-up s':>9} {'peak RSS MiB':>12} {'load':>5} {'loss':>7}")
     for config in configs:
         rows = {}
@@ -250,9 +250,9 @@ def main(argv: list[str] | None = None) -> None:
                 print(f"{config:<9} {side:<10} FAILED: {str(e)[-1500:]}")
                 continue
             wall, cpu = mean(r["step_wall_s"]), mean(r["step_cpu_s"])
-            share = 100 * flops / wall / (peak[CONFIGS[config][0]] * 1e9)
+            share, share_cpu = step_bench.shares(flops, wall, cpu, peak, CONFIGS[config][0])
             label = "textrain" if side == "ours" else "keras-hub"
-            print(f"{config:<9} {label:<10} {wall:7.2f} {cpu:10.2f} {s['batch'] / wall:6.2f} {share:7.1f}% "
+            print(f"{config:<9} {label:<10} {wall:7.2f} {cpu:10.2f} {s['batch'] / wall:6.2f} {share:7.1f}% {share_cpu:5.1f}% "
                   f"{r['warmup_wall_s']:9.1f} {r['peak_rss_mib']:12,.0f} {r['load_avg_1m']:5.1f} {r['loss']:7.3f}",
                   flush=True)
             for op, ms, count in r.get("profile", []):

@@ -156,8 +156,8 @@ def main(argv=None) -> None:
           f"reuse={args.reuse_len} mem={args.mem_len} num_predict={args.num_predict} batch={args.batch} "
           f"bi_data, dropout 0.1; 1 warm-up + {args.steps} timed steps through trainers.core.Trainer")
     print(f"device: {peak['gpu'] or f'CPU, {os.cpu_count()} cores'}; measured matmul peak fp32 {peak['fp32']:,.0f} "
-          f"GFLOP/s, bf16 {peak['bf16']:,.0f} GFLOP/s")
-    print(f"{'variant':<16}{'s/step':>8}{'CPU s/step':>11}{'ex/s':>7}{'% matmul':>9}{'warm-up s':>10}"
+          f"GFLOP/s ({peak['fp32_cpu']:,.0f} per CPU-s), bf16 {peak['bf16']:,.0f} GFLOP/s ({peak['bf16_cpu']:,.0f} per CPU-s)")
+    print(f"{'variant':<16}{'s/step':>8}{'CPU s/step':>11}{'ex/s':>7}{'% matmul':>9}{'(CPU)':>7}{'warm-up s':>10}"
           f"{'peak RSS MiB':>13}{'load':>6}{'loss':>8}")
     for variant in args.variants.split(","):
         if variant not in VARIANTS:
@@ -170,8 +170,8 @@ def main(argv=None) -> None:
             continue
         r = step_bench.parse_child(measured["output"])
         wall, cpu = sum(r["step_wall_s"]) / len(r["step_wall_s"]), sum(r["step_cpu_s"]) / len(r["step_cpu_s"])
-        share = 100 * r["flops"] / wall / (peak["bf16" if variant.startswith("bf16") else "fp32"] * 1e9)
-        print(f"{variant:<16}{wall:8.2f}{cpu:11.2f}{args.batch / wall:7.2f}{share:8.1f}%{r['warmup_wall_s']:10.1f}"
+        share, share_cpu = step_bench.shares(r["flops"], wall, cpu, peak, "bf16" if variant.startswith("bf16") else "fp32")
+        print(f"{variant:<16}{wall:8.2f}{cpu:11.2f}{args.batch / wall:7.2f}{share:8.1f}%{share_cpu:6.1f}%{r['warmup_wall_s']:10.1f}"
               f"{r['peak_rss_mib']:13,.0f}{r['load_avg_1m']:6.1f}{r['loss']:8.3f}", flush=True)
     if args.max_batch or peak["gpu"]:
         if peak["gpu"]:

@@ -9,10 +9,11 @@ Decisions:
   `train()` writes at its end (seconds of disk I/O for BERT-base that no step pays).
 - Time is taken as wall AND CPU seconds of this process (`time.process_time`, all threads): on a shared,
   loaded machine CPU seconds are the steadier figure. Peak RSS is the process's `ru_maxrss`.
-- The matmul peak is measured, not quoted: the best of a few timed square `tf.matmul`s (fp32 and bf16) on
-  the same device, each in the process that asks for it. A side's share of it is model FLOPs per step /
-  step time / matmul FLOP/s (FLOPs from the analytic counts in each benchmark: 2 per multiply-add, backward
-  = 2 x forward).
+- The matmul peak is measured, not quoted: the best of ten timed square `tf.matmul`s (fp32 and bf16) on
+  the same device, in a fresh process of the same run, per wall-second and per CPU-second. A side's share
+  of it is model FLOPs per step / step time / matmul FLOP/s (FLOPs from the analytic counts in each
+  benchmark: 2 per multiply-add, backward = 2 x forward), printed both ways: on a loaded machine the wall
+  share swings with the load, the CPU share much less.
 - Profiles use `tf.profiler.experimental` and are summarised from the written XSpace (`summarise_profile`):
   self time per TensorFlow op type over the host threads that execute kernels, so a benchmark can say where
   a step's time goes without TensorBoard.
@@ -41,26 +42,29 @@ def peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def matmul_gflops(dtype: str = "float32", n: int = 2048, repeats: int = 5) -> float:
-    """Measured GFLOP/s of an n x n x n `tf.matmul` in `dtype` ("float32" | "bfloat16") on the default
-    device: the best of `repeats` timed runs after one warm-up (best = least disturbed by other jobs)."""
+def matmul_gflops(dtype: str = "float32", n: int = 2048, repeats: int = 5) -> tuple[float, float]:
+    """Measured (GFLOP per wall-second, GFLOP per CPU-second of this process) of an n x n x n `tf.matmul` in
+    `dtype` ("float32" | "bfloat16") on the default device: the best of `repeats` timed runs after one warm-up
+    (best = least disturbed by other jobs). On a loaded machine the CPU figure is the steadier one."""
     import tensorflow as tf
     a = tf.random.stateless_normal([n, n], seed=[1, 2], dtype=tf.float32)
     b = tf.random.stateless_normal([n, n], seed=[3, 4], dtype=tf.float32)
     a, b = tf.cast(a, dtype), tf.cast(b, dtype)
     mm = tf.function(lambda x, y: tf.reduce_sum(tf.cast(tf.matmul(x, y)[:1, :1], tf.float32)))
     float(mm(a, b))
-    best = float("inf")
+    wall = cpu = float("inf")
     for _ in range(repeats):
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         float(mm(a, b))
-        best = min(best, time.perf_counter() - start)
-    return 2 * n ** 3 / best / 1e9
+        wall, cpu = min(wall, time.perf_counter() - start), min(cpu, time.process_time() - start_cpu)
+    flops = 2 * n ** 3 / 1e9
+    return flops / wall, flops / max(cpu, 1e-9)
 
 
 def matmul_peak() -> dict:
     """The device's measured matmul GFLOP/s, fp32 and bf16, measured in a fresh process (so the caller's
-    threads and memory do not disturb it): {"fp32", "bf16", "gpu": device name or ""}."""
+    threads and memory do not disturb it): {"fp32", "bf16" (per wall-second), "fp32_cpu", "bf16_cpu" (per
+    CPU-second), "gpu": device name or ""}."""
     import sys
     from benchmarks import same_run
     out = same_run.run_measured([sys.executable, os.path.abspath(__file__), "--matmul"],
@@ -72,8 +76,17 @@ def _matmul_child() -> dict:
     import tensorflow as tf
     gpus = tf.config.list_physical_devices("GPU")
     n = 8192 if gpus else 2048
-    return {"fp32": matmul_gflops("float32", n), "bf16": matmul_gflops("bfloat16", n),
+    (fp32, fp32_cpu), (bf16, bf16_cpu) = matmul_gflops("float32", n, 10), matmul_gflops("bfloat16", n, 10)
+    return {"fp32": fp32, "bf16": bf16, "fp32_cpu": fp32_cpu, "bf16_cpu": bf16_cpu,
             "gpu": tf.config.experimental.get_device_details(gpus[0]).get("device_name", "GPU") if gpus else ""}
+
+
+def shares(flops: float, wall_s: float, cpu_s: float, peak: dict, precision: str) -> tuple[float, float]:
+    """(% of the matmul peak per wall-second, % per CPU-second): model FLOPs / step time / matmul FLOP/s.
+    On a GPU the CPU share means nothing and is NaN."""
+    wall = 100 * flops / wall_s / (peak[precision] * 1e9)
+    cpu = float("nan") if peak["gpu"] else 100 * flops / cpu_s / (peak[f"{precision}_cpu"] * 1e9)
+    return wall, cpu
 
 
 def fixed_dataset_fn(batch: dict) -> Callable:
