@@ -196,3 +196,23 @@ def test_fused_elementwise_chains_equal_the_op_by_op_ones(dtype):
     probs = masked_softmax(tf.cast(x, tf.float32), mask).numpy()
     assert np.all(probs[3] == 0.0)
     assert np.all(probs[:3][~np.broadcast_to(mask[:3].numpy(), probs[:3].shape)] == 0.0)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "mixed_bfloat16"])
+def test_fused_dropout_is_keras_dropout_bit_for_bit(dtype):
+    """Same seed -> the fused Dropout's output and gradient equal keras.layers.Dropout's exactly."""
+    from models.layers import fused
+    x = tf.random.stateless_normal([4, 64, 256], [3, 4])
+    dy = tf.random.stateless_normal([4, 64, 256], [5, 6])
+    outs = []
+    for cls in (fused.Dropout, tf.keras.layers.Dropout):
+        layer = cls(0.1, seed=7, dtype=dtype)
+        xin = tf.cast(x, layer.compute_dtype)
+        with tf.GradientTape() as tape:
+            tape.watch(xin)
+            y = layer(xin, training=True)
+        outs.append((y.numpy(), tape.gradient(y, xin, output_gradients=tf.cast(dy, y.dtype)).numpy()))
+    assert fused.fusable(x)
+    np.testing.assert_array_equal(outs[0][0], outs[1][0])
+    np.testing.assert_array_equal(outs[0][1], outs[1][1])
+    assert 0.08 < float(np.mean(outs[0][0] == 0)) < 0.12

@@ -187,6 +187,10 @@ def model_depth_fn(model) -> tuple[Callable[[object], int], int]:
     return depth, top
 
 
+def _scaled(grad, scale: tf.Tensor) -> tf.Tensor:
+    return tf.cast(tf.convert_to_tensor(grad), tf.float32) * scale
+
+
 def _matches_any(name: str, patterns: Iterable[str]) -> bool:
     return any(re.search(p, name) for p in patterns)
 
@@ -247,8 +251,12 @@ class Optimizer(tf.Module):
 
     # -- applying
     def apply_gradients(self, grads_and_vars: Iterable[tuple[tf.Tensor | None, object]],
-                        skip: tf.Tensor | bool = False):
-        """Apply already-aggregated gradients; `None` gradients leave their variable (and slots) alone."""
+                        skip: tf.Tensor | bool = False, grad_scale: tf.Tensor | float | None = None):
+        """Apply already-aggregated gradients; `None` gradients leave their variable (and slots) alone.
+
+        `grad_scale` (a scalar, e.g. global-norm clipping's factor) multiplies every gradient inside the
+        update, the same float32 product `tf.clip_by_global_norm` forms, without a separate pass over all
+        gradients (in the fused update it costs nothing)."""
         if self.iterations is None:
             raise RuntimeError("call optimizer.build(model.trainable_variables) inside the strategy scope first")
         index = {id(v): i for i, v in enumerate(self._variables)}
@@ -260,12 +268,13 @@ class Optimizer(tf.Module):
                 raise KeyError(f"variable {variable_name(v)} was not passed to optimizer.build")
             items.append((g, index[id(v)]))
         skip = tf.convert_to_tensor(skip, tf.bool)
+        scale = tf.constant(1.0, tf.float32) if grad_scale is None else tf.cast(grad_scale, tf.float32)
         ctx = tf.distribute.get_replica_context()
         if ctx is None:  # cross-replica context
-            return self._distributed_apply(tf.distribute.get_strategy(), items, skip)
-        return ctx.merge_call(self._distributed_apply, args=(items, skip))
+            return self._distributed_apply(tf.distribute.get_strategy(), items, skip, scale)
+        return ctx.merge_call(self._distributed_apply, args=(items, skip, scale))
 
-    def _distributed_apply(self, strategy, items, skip):
+    def _distributed_apply(self, strategy, items, skip, scale):
         step = self.iterations + 1
         lr = self.current_learning_rate()
         ops = []
@@ -273,29 +282,31 @@ class Optimizer(tf.Module):
             slots = tuple(self.slots[s][i] for s in self.slot_names)
             kwargs = self._update_kwargs(i, lr, step)
 
-            def update(var, g, skip_, *slot_vars, _kw=kwargs):
-                return tf.cond(skip_, tf.no_op, lambda: tf.group(self._apply_one(var, g, *slot_vars, **_kw)))
+            def update(var, g, skip_, scale_, *slot_vars, _kw=kwargs):
+                return tf.cond(skip_, tf.no_op,
+                               lambda: tf.group(self._apply_one(var, g, scale_, *slot_vars, **_kw)))
 
-            # `skip` (like `grad`) may be a per-replica value: passing it in `args` hands each device its own.
+            # `skip` and `scale` (like `grad`) may be per-replica values: `args` hands each device its own.
             ops.append(strategy.extended.update(backing_variable(self._variables[i]), update,
-                                                args=(grad, skip) + slots, group=True))
+                                                args=(grad, skip, scale) + slots, group=True))
         with tf.control_dependencies(ops):
             inc = strategy.extended.update(
                 self.iterations, lambda it, skip_: it.assign_add(tf.where(skip_, tf.constant(0, tf.int64), 1)),
                 args=(skip,), group=True)
         return inc
 
-    def _apply_one(self, var, grad, *slots, **kwargs):
-        """`_update` of one variable, XLA-fused when `jit_update` (see the module docstring)."""
+    def _apply_one(self, var, grad, scale, *slots, **kwargs):
+        """`_update` of one variable with its gradient times `scale`, XLA-fused when `jit_update` (see the
+        module docstring)."""
         if not self.jit_update or var.shape.num_elements() is None or var.shape.num_elements() < JIT_MIN_SIZE:
-            return self._update(var, grad, *slots, **kwargs)
+            return self._update(var, _scaled(grad, scale), *slots, **kwargs)
         if self._compiled_update is None:
-            def fused(var, grad, *slots, **kw):
-                self._update(var, grad, *slots, **kw)
+            def fused(var, grad, scale, *slots, **kw):
+                self._update(var, _scaled(grad, scale), *slots, **kw)
                 return tf.constant(True)
 
             self._compiled_update = tf.function(fused, jit_compile=True)
-        return [self._compiled_update(var, grad, *slots, **kwargs)]
+        return [self._compiled_update(var, grad, scale, *slots, **kwargs)]
 
     def _update_kwargs(self, i: int, lr: tf.Tensor, step: tf.Tensor) -> dict:
         """Per-variable constants of one update (subclasses add their own)."""

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from models.layers.fused import LayerNormalization
+from models.layers.fused import Dropout, LayerNormalization
 
 LAYER_NORM_EPS = 1e-12  # the originals' LayerNorm epsilon
 
@@ -47,7 +47,7 @@ class TransformerEmbeddings(tf.keras.layers.Layer):
         self.initializer_range = initializer_range
         self.layer_norm = LayerNormalization(epsilon=layer_norm_eps, name="LayerNorm",
                                                              dtype=self.dtype_policy)
-        self.dropout = tf.keras.layers.Dropout(dropout_rate, dtype=self.dtype_policy)
+        self.dropout = Dropout(dropout_rate, dtype=self.dtype_policy)
 
     def build(self, input_shape=None) -> None:
         init = truncated_normal(self.initializer_range)

@@ -18,6 +18,10 @@ Decisions:
   (~0.1-0.5 s) would not pay back there, and SavedModels stay free of XLA calls.
 - Each fused function saves only its inputs (and per-row statistics) for the backward pass, which
   recomputes the rest inside the fused loop: activation memory stays that of the op-by-op custom gradients.
+- Dropout: the random numbers stay TensorFlow's (`stateless_uniform` from the layer's Keras seed generator,
+  exactly what `keras.layers.Dropout` draws: XLA's own RNG on a CPU is ~50x slower); only the compare, scale
+  and select after them are fused (forward and backward one pass each instead of three), so the output is
+  bit-for-bit Keras' and the kept mask (1 byte per element) is what the backward pass keeps, as TF's does.
 """
 from __future__ import annotations
 
@@ -106,3 +110,38 @@ def softmax_backward(probs, dy):
 
 
 _softmax_backward_xla = xla(softmax_backward)
+
+
+# ----------------------------------------------------------------------------------------- dropout
+def dropout_forward(x, uniform, rate, scale):
+    keep = uniform >= rate
+    return tf.where(keep, x * scale, tf.zeros_like(x)), keep
+
+
+def dropout_backward(dy, keep, scale):
+    return tf.where(keep, dy * scale, tf.zeros_like(dy))
+
+
+_dropout_forward_xla = xla(dropout_forward)
+_dropout_backward_xla = xla(dropout_backward)
+
+
+class Dropout(tf.keras.layers.Dropout):
+    """Keras' Dropout (same seed generator, same random numbers, same output) with the elementwise part
+    fused on a fusable tensor (see the module docstring)."""
+
+    def call(self, inputs, training=False):
+        if not (training is True and 0 < self.rate < 1 and self.noise_shape is None and fusable(inputs)):
+            return super().call(inputs, training=training)
+        from keras.src.backend.tensorflow import random as keras_tf_random  # Keras' own seed handling
+        seed = keras_tf_random._cast_seed(keras_tf_random.draw_seed(self.seed_generator))
+        uniform = tf.random.stateless_uniform(tf.shape(inputs), seed=seed, dtype=inputs.dtype)
+        rate = tf.constant(self.rate, inputs.dtype)
+        scale = tf.constant(1.0 / (1.0 - self.rate), inputs.dtype)
+
+        @tf.custom_gradient
+        def run(x):
+            y, keep = _dropout_forward_xla(x, uniform, rate, scale)
+            return y, lambda dy: _dropout_backward_xla(dy, keep, scale)
+
+        return run(inputs)
