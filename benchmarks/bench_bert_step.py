@@ -1,133 +1,267 @@
-"""BERT pretraining step on CPU: fp32 vs mixed_bfloat16, XLA off vs on.
+"""BERT pretraining step, ours beside keras-hub's in the same run: s/step, examples/s, peak RSS, ratio,
+and each side's share of the machine's measured matmul peak.
 
-One training step = forward (MLM on the masked positions only + NSP) + backward + Adam update,
-on a fixed random batch (BERT-base, L128, batch 32, 20 predictions by default). Each
-configuration runs in its own subprocess so its peak RSS is its own and the precision policy
-does not leak. Prints s/step, examples/s and peak RSS beside the peers measured on this machine
-class (DESIGN.md §7: keras-hub bf16 ~5.5 s/step, fp32 ~8.3; XLA slower for both).
+One step = forward (MLM on the masked positions only + NSP) + backward + AdamW update with global-norm
+clipping, on a fixed random batch shaped like create_pretraining_data.py's records (BERT-base, L128,
+batch 32, 20 predictions by default).
 
-    python benchmarks/bench_bert_step.py                      # all four configs, 3 timed steps
-    python benchmarks/bench_bert_step.py --steps 2 --configs fp32,bf16 --size small
+- Ours: `trainers.core.Trainer`, the step every trainer CLI runs (benchmarks/step_bench.py), with the
+  optimizer `--optimizer=adamw --learning_rate=1e-4 --num_warmup_steps=10000 --weight_decay=0.01
+  --clip_norm=1.0` builds (BERT's AdamWeightDecayOptimizer: no bias correction, epsilon 1e-6, no decay on
+  LayerNorm/bias).
+- Peer: keras-hub's `BertBackbone` (same shapes, dropout 0.1, tanh GELU), `keras_hub.layers.MaskedLMHead`
+  tied to its token embedding on the masked positions, a Dense(2) NSP head on the pooled output, Keras'
+  `AdamW` (same lr schedule, beta, epsilon 1e-6, weight decay 0.01 excluding LayerNorm gamma/beta and
+  biases, `global_clipnorm=1.0`) in a `tf.function` train step (XLA off, as Keras' `jit_compile="auto"`
+  chooses on a CPU). Differences Keras does not let us remove: its AdamW applies bias correction (BERT's
+  has none) and its MLM head computes in the policy's compute dtype; the FLOPs are the same.
+- Each side and each precision runs in a FRESH process (`same_run.run_measured`): its peak RSS is its own
+  and the precision policy does not leak. The matmul peak (a timed 2048^3 `tf.matmul`, fp32 and bf16) is
+  measured in its own process of the same run.
+- keras-hub is NOT a dependency and must never be installed in the shared environment (its
+  tensorflow-text requirement would replace tensorflow-cpu). Get the peer in a venv of its own:
 
-Timings on a machine shared with other jobs are noisy: the 1-minute load average is printed
-with each figure.
+      python3 -m venv --system-site-packages .venv-bench && .venv-bench/bin/pip install --no-deps keras-hub==0.32.0
+
+  (BertBackbone needs nothing else that is not already installed; `pip check` lists kagglehub, kagglesdk
+  and tensorflow-text as missing: they serve presets and tokenizers, which this benchmark does not use.)
+  Without it the benchmark prints "peer not installed: <that command>" and runs ours alone.
+
+Commands:
+
+    nice -n 10 python3 benchmarks/bench_bert_step.py                       # base, fp32 + bf16, both sides
+    python3 benchmarks/bench_bert_step.py --num_layers 2 --steps 2         # reduced depth, same widths
+    python3 benchmarks/bench_bert_step.py --num_layers 2 --sides ours --profile /tmp/prof   # where time goes
+
+On a GPU (found automatically) the configs default to fp32, bf16 and bf16_xla (XLA + bf16, our side; the
+peer with jit_compile too): the figure to read is bf16_xla's share of the measured bf16 matmul (model FLOPs
+utilisation). On a CPU-only machine the *_xla configs run only when asked for.
+Timings on a shared machine are noisy: CPU seconds per step and the 1-minute load are printed beside wall.
 """
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import resource
-import subprocess
+import shutil
 import sys
-import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CONFIGS = {"fp32": ("float32", False), "bf16": ("mixed_bfloat16", False),
-           "fp32_xla": ("float32", True), "bf16_xla": ("mixed_bfloat16", True)}
-PEERS = {"fp32": "keras-hub fp32 ~8.3 s/step", "bf16": "keras-hub bf16 ~5.5 s/step",
-         "fp32_xla": "peers: XLA slower than fp32", "bf16_xla": "peers: XLA slower than bf16"}
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchmarks import same_run, step_bench  # noqa: E402
+
+REPO = step_bench.REPO
+PEER_PYTHON = os.path.join(REPO, ".venv-bench", "bin", "python")
+PEER_INSTALL = ("python3 -m venv --system-site-packages .venv-bench && "
+                ".venv-bench/bin/pip install --no-deps keras-hub==0.32.0")
+CONFIGS = {"fp32": ("fp32", False), "bf16": ("bf16", False), "fp32_xla": ("fp32", True), "bf16_xla": ("bf16", True)}
+PRESET_HIDDEN = {"tiny": 128, "mini": 256, "small": 512, "medium": 512, "base": 768, "large": 1024}
+PRESET_LAYERS = {"tiny": 2, "mini": 4, "small": 4, "medium": 8, "base": 12, "large": 24}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--size", default="base", help="BERT preset (tiny ... large)")
+    parser.add_argument("--size", default="base", choices=list(PRESET_HIDDEN), help="BERT preset (widths, depth)")
+    parser.add_argument("--num_layers", type=int, default=0, help="override the preset's depth (0 = keep)")
     parser.add_argument("--seq_len", type=int, default=128)
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--predictions", type=int, default=20, help="max_predictions_per_seq")
     parser.add_argument("--vocab_size", type=int, default=30522)
-    parser.add_argument("--steps", type=int, default=3, help="timed steps per config")
+    parser.add_argument("--steps", type=int, default=3, help="timed steps per side and config")
     parser.add_argument("--warmup", type=int, default=1, help="untimed steps (tracing/compilation)")
-    parser.add_argument("--configs", default=",".join(CONFIGS), help=f"comma list of {', '.join(CONFIGS)}")
-    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--configs", default="", help=f"comma list of {', '.join(CONFIGS)} "
+                        "(default fp32,bf16; on a GPU fp32,bf16,bf16_xla)")
+    parser.add_argument("--sides", default="ours,peer", help="ours, peer or both")
+    parser.add_argument("--peer_python", default=PEER_PYTHON, help="the interpreter that has keras-hub")
+    parser.add_argument("--profile", default="", help="ours only: profile one step into this folder and "
+                        "print the op types that took the time")
+    parser.add_argument("--child", default="", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    for name in args.configs.split(","):
+    for name in filter(None, args.configs.split(",")):
         if name not in CONFIGS:
             parser.error(f"--configs: unknown {name!r}; known: {', '.join(CONFIGS)}")
     return args
 
 
-def make_batch(args: argparse.Namespace, tf) -> dict:
-    """A fixed random batch shaped like create_pretraining_data.py's records."""
+def shapes(args: argparse.Namespace) -> dict[str, int]:
+    hidden = PRESET_HIDDEN[args.size]
+    return dict(layers=args.num_layers or PRESET_LAYERS[args.size], hidden=hidden, heads=hidden // 64,
+                intermediate=4 * hidden, vocab=args.vocab_size, seq=args.seq_len, batch=args.batch,
+                predictions=args.predictions)
+
+
+def step_flops(s: dict[str, int]) -> float:
+    """Model FLOPs of one training step (2 per multiply-add; backward = 2 x forward): the encoder's
+    projections, FFN and attention matmuls, the MLM head on the masked positions, pooler and NSP."""
+    tokens = s["batch"] * s["seq"]
+    h = s["hidden"]
+    layer = tokens * (2 * 4 * h * h + 2 * 2 * h * s["intermediate"]) + s["batch"] * 2 * 2 * s["seq"] ** 2 * h
+    mlm = s["batch"] * s["predictions"] * (2 * h * h + 2 * h * s["vocab"])
+    pooler_nsp = s["batch"] * (2 * h * h + 2 * h * 2)
+    return 3.0 * (s["layers"] * layer + mlm + pooler_nsp)
+
+
+def make_batch(s: dict[str, int]) -> dict:
+    """A fixed random batch with the records' features (int32 after preprocess_example's cast)."""
+    import tensorflow as tf
     g = tf.random.Generator.from_seed(0)
-    b, l, p = args.batch, args.seq_len, args.predictions
+    b, length, p, v = s["batch"], s["seq"], s["predictions"], s["vocab"]
     return {
-        "input_ids": g.uniform([b, l], 0, args.vocab_size, tf.int32),
-        "input_mask": tf.ones([b, l], tf.int32),
-        "segment_ids": tf.concat([tf.zeros([b, l // 2], tf.int32), tf.ones([b, l - l // 2], tf.int32)], 1),
-        "masked_lm_positions": g.uniform([b, p], 1, l, tf.int32),
-        "masked_lm_ids": g.uniform([b, p], 0, args.vocab_size, tf.int32),
+        "input_ids": g.uniform([b, length], 0, v, tf.int32),
+        "input_mask": tf.ones([b, length], tf.int32),
+        "segment_ids": tf.concat([tf.zeros([b, length // 2], tf.int32), tf.ones([b, length - length // 2], tf.int32)], 1),
+        "masked_lm_positions": g.uniform([b, p], 1, length, tf.int32),
+        "masked_lm_ids": g.uniform([b, p], 0, v, tf.int32),
         "masked_lm_weights": tf.ones([b, p], tf.float32),
         "next_sentence_labels": g.uniform([b, 1], 0, 2, tf.int32),
     }
 
 
-def run_child(args: argparse.Namespace) -> dict:
-    """Time one configuration in this process; returns the figures."""
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    sys.path.insert(0, REPO)
+# ------------------------------------------------------------------------------------------- children
+def child_ours(args: argparse.Namespace) -> dict:
+    from models.bert import BertConfig, BertPretrainer
+    s = shapes(args)
+    precision, xla = CONFIGS[args.child.split(":")[1]]
+    config = BertConfig.preset(args.size, vocab_size=s["vocab"], num_hidden_layers=s["layers"])
+    trainer, model_dir = step_bench.make_trainer(lambda: BertPretrainer(config), make_batch(s),
+                                                 precision=precision, jit_compile=xla)
+    try:
+        step = step_bench.trainer_step_fn(trainer)
+        result = step_bench.time_steps(step, args.warmup, args.steps)
+        if args.profile:
+            xplane = step_bench.profile_steps(step, args.profile)
+            result["profile"] = step_bench.summarise_profile(xplane)
+        return result
+    finally:
+        shutil.rmtree(model_dir, ignore_errors=True)
+
+
+def child_peer(args: argparse.Namespace) -> dict:
+    """keras-hub's BERT with MLM + NSP heads and Keras AdamW (see the module docstring)."""
+    import keras
+    import keras_hub
     import tensorflow as tf
 
-    from models.base import weighted_loss
-    from models.bert import BertConfig, BertPretrainer
+    s = shapes(args)
+    precision, xla = CONFIGS[args.child.split(":")[1]]
+    keras.mixed_precision.set_global_policy("mixed_bfloat16" if precision == "bf16" else "float32")
+    init = keras.initializers.TruncatedNormal(stddev=0.02)
+    backbone = keras_hub.models.BertBackbone(
+        vocabulary_size=s["vocab"], num_layers=s["layers"], num_heads=s["heads"], hidden_dim=s["hidden"],
+        intermediate_dim=s["intermediate"], dropout=0.1, max_sequence_length=512, num_segments=2)
+    mlm_head = keras_hub.layers.MaskedLMHead(vocabulary_size=s["vocab"], token_embedding=backbone.token_embedding,
+                                             intermediate_activation="gelu", kernel_initializer=init,
+                                             dtype=backbone.dtype_policy)
+    nsp_head = keras.layers.Dense(2, kernel_initializer=init, dtype=backbone.dtype_policy)
 
-    policy, xla = CONFIGS[args.child]
-    tf.keras.mixed_precision.set_global_policy(policy)
-    model = BertPretrainer(BertConfig.preset(args.size, vocab_size=args.vocab_size))
-    optimizer = tf.keras.optimizers.Adam(1e-4)
-    optimizer.build(model.trainable_variables)
-    batch = make_batch(args, tf)
+    class WarmupLinear(keras.optimizers.schedules.LearningRateSchedule):
+        """BERT's schedule: linear warmup to 1e-4 over 10k steps, linear decay to 0 at 1M (as ours)."""
+        def __call__(self, step):
+            step = tf.cast(step, tf.float32)
+            decayed = 1e-4 * (1.0 - tf.minimum(step / 1e6, 1.0))
+            return tf.where(step < 1e4, 1e-4 * step / 1e4, decayed)
+
+    optimizer = keras.optimizers.AdamW(learning_rate=WarmupLinear(), weight_decay=0.01, beta_1=0.9, beta_2=0.999,
+                                       epsilon=1e-6, global_clipnorm=1.0)
+    optimizer.exclude_from_weight_decay(var_names=["gamma", "beta", "bias"])
+    batch = make_batch(s)
+
+    def losses(features, training):
+        out = backbone({"token_ids": features["input_ids"], "segment_ids": features["segment_ids"],
+                        "padding_mask": features["input_mask"]}, training=training)
+        logits = tf.cast(mlm_head(out["sequence_output"], mask_positions=features["masked_lm_positions"]), tf.float32)
+        weights = features["masked_lm_weights"]
+        ce = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=features["masked_lm_ids"], logits=logits)
+        mlm = tf.reduce_sum(ce * weights) / tf.reduce_sum(weights)
+        nsp_logits = tf.cast(nsp_head(out["pooled_output"]), tf.float32)
+        nsp = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
+            labels=tf.reshape(features["next_sentence_labels"], [-1]), logits=nsp_logits))
+        return mlm + nsp
+
+    losses({k: v[:2] for k, v in batch.items()}, training=False)  # builds every layer (eager, batch 2)
+    variables = backbone.trainable_variables + mlm_head.trainable_variables + nsp_head.trainable_variables
+    optimizer.build(variables)
 
     @tf.function(jit_compile=xla)
     def train_step(features):
         with tf.GradientTape() as tape:
-            out = model.step_output(features, {}, training=True)
-            loss = weighted_loss(out.losses)
-        grads = tape.gradient(loss, model.trainable_variables)
-        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+            loss = losses(features, training=True)
+        optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
         return loss
 
-    start = time.perf_counter()
-    for _ in range(args.warmup):
-        loss = float(train_step(batch))
-    warmup_s = time.perf_counter() - start
-    times = []
-    for _ in range(args.steps):
-        start = time.perf_counter()
-        loss = float(train_step(batch))  # float() waits for the step to finish
-        times.append(time.perf_counter() - start)
-    step_s = sum(times) / len(times)
-    return {"config": args.child, "warmup_s": warmup_s, "step_s": step_s, "min_step_s": min(times),
-            "examples_per_s": args.batch / step_s, "loss": loss,
-            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-            "load_avg_1m": os.getloadavg()[0]}
+    return step_bench.time_steps(lambda: float(train_step(batch)), args.warmup, args.steps)
 
 
-def run_parent(args: argparse.Namespace) -> None:
-    print(f"BERT-{args.size} training step on CPU ({os.cpu_count()} cores): L={args.seq_len} "
-          f"batch={args.batch} predictions={args.predictions}, {args.warmup} warm-up + {args.steps} timed steps")
-    header = f"{'config':<9} {'s/step':>7} {'min':>6} {'ex/s':>6} {'warmup s':>9} {'RSS MiB':>8} {'load':>5}  peer"
-    print(header)
-    for name in args.configs.split(","):
-        argv = [sys.executable, os.path.abspath(__file__), "--child", name] + [
-            f"--{k}={getattr(args, k)}" for k in ("size", "seq_len", "batch", "predictions", "vocab_size",
-                                                  "steps", "warmup")]
-        proc = subprocess.run(argv, capture_output=True, text=True)
-        lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
-        if proc.returncode or not lines:
-            print(f"{name:<9} FAILED (exit {proc.returncode}):\n{proc.stderr[-2000:]}")
-            continue
-        r = json.loads(lines[-1])
-        print(f"{name:<9} {r['step_s']:7.2f} {r['min_step_s']:6.2f} {r['examples_per_s']:6.2f} "
-              f"{r['warmup_s']:9.1f} {r['peak_rss_mib']:8.0f} {r['load_avg_1m']:5.1f}  {PEERS[name]}", flush=True)
+# --------------------------------------------------------------------------------------------- parent
+def peer_available(python: str) -> bool:
+    if not os.path.exists(python):
+        return False
+    import subprocess
+    probe = subprocess.run([python, "-c", "import keras_hub"], capture_output=True,
+                           env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    return probe.returncode == 0
+
+
+def run_side(args: argparse.Namespace, side: str, config: str, python: str) -> dict:
+    argv = [python, os.path.abspath(__file__), f"--child={side}:{config}"] + [
+        f"--{k}={getattr(args, k)}" for k in ("size", "num_layers", "seq_len", "batch", "predictions", "vocab_size",
+                                               "steps", "warmup")]
+    if args.profile and side == "ours":
+        argv.append(f"--profile={os.path.join(args.profile, config)}")
+    measured = same_run.run_measured(argv, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    result = step_bench.parse_child(measured["output"])
+    result["process_cpu_s"], result["process_wall_s"] = measured["cpu"], measured["wall"]
+    return result
+
+
+def mean(xs: list[float]) -> float:
+    return sum(xs) / len(xs)
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     if args.child:
-        print(json.dumps(run_child(args)))
-    else:
-        run_parent(args)
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        fn = {"ours": child_ours, "peer": child_peer}[args.child.split(":")[0]]
+        print(step_bench.child_result(fn(args)), flush=True)
+        return
+    s = shapes(args)
+    flops = step_flops(s)
+    peak = step_bench.matmul_peak()
+    on_gpu = bool(peak["gpu"])
+    configs = [c for c in (args.configs or ("fp32,bf16,bf16_xla" if on_gpu else "fp32,bf16")).split(",") if c]
+    sides = [x for x in args.sides.split(",") if x]
+    print(f"BERT-{args.size} ({s['layers']} layers, hidden {s['hidden']}, vocab {s['vocab']}) training step: "
+          f"L={s['seq']} batch={s['batch']} predictions={s['predictions']}; {args.warmup} warm-up + "
+          f"{args.steps} timed steps; each side a fresh process; model {flops / 1e9:,.0f} GFLOP/step")
+    print(f"device: {peak['gpu'] or f'CPU, {os.cpu_count()} cores'}; measured matmul peak fp32 {peak['fp32']:,.0f} "
+          f"GFLOP/s ({peak['fp32_cpu']:,.0f} per CPU-s), bf16 {peak['bf16']:,.0f} GFLOP/s ({peak['bf16_cpu']:,.0f} per CPU-s)")
+    if "peer" in sides and not peer_available(args.peer_python):
+        print(f"peer not installed: {PEER_INSTALL}")
+        sides.remove("peer")
+    print(f"{'config':<9} {'side':<10} {'s/step':>7} {'CPU s/step':>10} {'ex/s':>6} {'% matmul':>8} {'(CPU)':>6} "
+          f"{'warm-up s':>9} {'peak RSS MiB':>12} {'load':>5} {'loss':>7}")
+    for config in configs:
+        rows = {}
+        for side in sides:
+            python = args.peer_python if side == "peer" else sys.executable
+            try:
+                r = rows[side] = run_side(args, side, config, python)
+            except RuntimeError as e:
+                print(f"{config:<9} {side:<10} FAILED: {str(e)[-1500:]}")
+                continue
+            wall, cpu = mean(r["step_wall_s"]), mean(r["step_cpu_s"])
+            share, share_cpu = step_bench.shares(flops, wall, cpu, peak, CONFIGS[config][0])
+            label = "textrain" if side == "ours" else "keras-hub"
+            print(f"{config:<9} {label:<10} {wall:7.2f} {cpu:10.2f} {s['batch'] / wall:6.2f} {share:7.1f}% {share_cpu:5.1f}% "
+                  f"{r['warmup_wall_s']:9.1f} {r['peak_rss_mib']:12,.0f} {r['load_avg_1m']:5.1f} {r['loss']:7.3f}",
+                  flush=True)
+            for op, ms, count in r.get("profile", []):
+                print(f"    {op:<40} {ms:10.1f} ms  x{count}")
+        if "ours" in rows and "peer" in rows:
+            o, p = rows["ours"], rows["peer"]
+            print(f"{config:<9} ours/peer: step wall {mean(o['step_wall_s']) / mean(p['step_wall_s']):.2f}x, "
+                  f"CPU {mean(o['step_cpu_s']) / mean(p['step_cpu_s']):.2f}x, peak RSS "
+                  f"{o['peak_rss_mib'] / p['peak_rss_mib']:.2f}x (goal <= 0.85x time, <= 1x RSS)", flush=True)
 
 
 if __name__ == "__main__":

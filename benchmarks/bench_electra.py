@@ -23,9 +23,11 @@ whether its shards are byte-identical to today's.
 Figures: benchmarks/README.md.
 
 Step: ELECTRA-small (hidden 256, 12 layers, embedding 128, generator 64 wide) at L128 on batches of the records made
-above, forward + backward + AdamW update, in fp32 or mixed bf16, with or without XLA (jit_compile). One warm-up step
-(tracing/compilation) is excluded; the next `--steps` are timed. CPU peers from DESIGN §7: BERT-base keras-hub at
-L128, batch 32: 8.3 s/step fp32, 5.5 bf16; XLA slower on this CPU. ELECTRA-small is ~1/8 of BERT-base's compute.
+above (random ids in Google's vocab layout without a corpus), as `trainers.core.Trainer` runs it (forward + backward +
+global-norm clipping + AdamW, benchmarks/step_bench.py), in fp32 or mixed bf16, with or without XLA (jit_compile).
+Each mode runs in a fresh process (its own peak RSS); one warm-up step (tracing/compilation) is excluded, the next
+`--steps` are timed (wall and CPU seconds); the share of the matmul peak (measured in the same run) is model FLOPs
+per step / step wall / matmul FLOP/s. No peer runs beside it (bench_bert_step.py runs keras-hub for BERT).
 """
 from __future__ import annotations
 
@@ -175,55 +177,87 @@ def bench_datagen(args, work: str) -> str:
     return big_runs[0]["data_dir"] if big_runs else ""
 
 
-def bench_step(data_dir: str | None, modes: list[str], batch_size: int, steps: int) -> None:
+def electra_step_flops(config, batch_size: int, seq_len: int = 128) -> float:
+    """Model FLOPs of one ELECTRA training step (2 per multiply-add, backward = 2 x forward): generator and
+    discriminator encoders, their embedding projections, the generator's MLM head on the masked slots and
+    the discriminator's per-token head."""
+    from models.electra import ElectraObjective
+
+    def encoder(layers: int, h: int, inner: int) -> float:
+        return layers * (batch_size * seq_len * (8 * h * h + 4 * h * inner) + batch_size * 4 * seq_len ** 2 * h)
+
+    tokens, emb = batch_size * seq_len, config.embedding_width
+    gen = config.generator_config()
+    slots = ElectraObjective().max_predictions(seq_len)
+    forward = (encoder(gen.num_hidden_layers, gen.hidden_size, gen.intermediate_size)
+               + encoder(config.num_hidden_layers, config.hidden_size, config.intermediate_size)
+               + tokens * 2 * emb * (gen.hidden_size + config.hidden_size)  # embeddings_project (both)
+               + batch_size * slots * 2 * (gen.hidden_size * emb + emb * config.vocab_size)  # generator MLM head
+               + tokens * 2 * (config.hidden_size ** 2 + config.hidden_size))  # discriminator head
+    return 3.0 * forward
+
+
+def step_batch(data_dir: str | None, batch_size: int):
+    """(batch, vocab_size, special ids): the first batch of the records made above, else random ids."""
     import numpy as np
     import tensorflow as tf
     from framework.problem import DataParams
     from models import electra
-    from models.base import weighted_loss
     from problems.electra_pretrain import ElectraPretrain
 
     if data_dir:
         problem = ElectraPretrain()
         settings = problem.read_manifest(data_dir)["settings"]
-        batches = iter(problem.dataset("train", data_dir, DataParams(batch_size=batch_size, seed=0)))
-        vocab_size, special = settings["vocab_size"], settings["special_ids"]
-        batch = next(batches)
-    else:  # no corpus: random ids in Google's vocab layout (speed does not depend on the text)
-        vocab_size, special = 30522, electra.GOOGLE_VOCAB_SPECIAL_IDS
-        rs = np.random.RandomState(0)
-        ids = rs.randint(1000, vocab_size, size=(batch_size, 128)).astype(np.int32)
-        ids[:, 0], ids[:, -1] = special["[CLS]"], special["[SEP]"]
-        batch = {"input_ids": tf.constant(ids), "input_mask": tf.ones_like(ids), "segment_ids": tf.zeros_like(ids)}
-    threads = tf.config.threading.get_intra_op_parallelism_threads() or os.cpu_count()
-    print(f"\nELECTRA-small step, batch {batch_size} x L128, vocab {vocab_size}, {threads} threads")
-    print(f"{'mode':10s} {'warm-up s':>9s} {'s/step':>7s} {'examples/s':>10s} {'loss':>8s}")
+        batch = next(iter(problem.dataset("train", data_dir, DataParams(batch_size=batch_size, seed=0))))
+        return batch, settings["vocab_size"], settings["special_ids"]
+    vocab_size, special = 30522, electra.GOOGLE_VOCAB_SPECIAL_IDS  # speed does not depend on the text
+    rs = np.random.RandomState(0)
+    ids = rs.randint(1000, vocab_size, size=(batch_size, 128)).astype(np.int32)
+    ids[:, 0], ids[:, -1] = special["[CLS]"], special["[SEP]"]
+    return ({"input_ids": tf.constant(ids), "input_mask": tf.ones_like(ids), "segment_ids": tf.zeros_like(ids)},
+            vocab_size, special)
+
+
+def step_child(data_dir: str | None, mode: str, batch_size: int, steps: int) -> None:
+    """One mode in this (fresh) process: trainers.core.Trainer's step (benchmarks/step_bench.py), AdamW 5e-4."""
+    import shutil
+    from benchmarks import step_bench
+    from models import electra
+
+    batch, vocab_size, special = step_batch(data_dir, batch_size)
+    config = electra.ElectraConfig.preset("small", vocab_size=vocab_size)
+    trainer, model_dir = step_bench.make_trainer(
+        lambda: electra.ElectraPretrainer(config, special_ids=special), batch, precision=mode.split("_")[0],
+        jit_compile=mode.endswith("_xla"), learning_rate=5e-4)
+    try:
+        result = step_bench.time_steps(step_bench.trainer_step_fn(trainer), 1, steps)
+    finally:
+        shutil.rmtree(model_dir, ignore_errors=True)
+    result.update(flops=electra_step_flops(config, batch_size), vocab_size=vocab_size)
+    print(step_bench.child_result(result), flush=True)
+
+
+def bench_step(data_dir: str | None, modes: list[str], batch_size: int, steps: int) -> None:
+    """Each mode in a fresh process (its own peak RSS), beside the matmul peak measured in this run."""
+    from benchmarks import same_run, step_bench
+    peak = step_bench.matmul_peak()
+    print(f"\nELECTRA-small step (trainers.core.Trainer), batch {batch_size} x L128, 1 warm-up + {steps} timed steps; "
+          f"{peak['gpu'] or f'CPU, {os.cpu_count()} cores'}; measured matmul peak fp32 {peak['fp32']:,.0f} GFLOP/s "
+          f"({peak['fp32_cpu']:,.0f} per CPU-s), bf16 {peak['bf16']:,.0f} GFLOP/s ({peak['bf16_cpu']:,.0f} per CPU-s)")
+    print(f"{'mode':10s} {'s/step':>7s} {'CPU s/step':>10s} {'examples/s':>10s} {'% matmul':>8s} {'(CPU)':>6s} {'warm-up s':>9s} "
+          f"{'peak RSS MiB':>12s} {'load':>5s} {'loss':>8s}")
     for mode in modes:
-        precision, xla = mode.split("_")[0], mode.endswith("_xla")
-        tf.keras.mixed_precision.set_global_policy("mixed_bfloat16" if precision == "bf16" else "float32")
-        tf.random.set_seed(0)
-        model = electra.ElectraPretrainer(electra.ElectraConfig.preset("small", vocab_size=vocab_size),
-                                          special_ids=special)
-        optimizer = tf.keras.optimizers.AdamW(learning_rate=5e-4, weight_decay=0.01)
-
-        @tf.function(jit_compile=xla)
-        def step(features):
-            with tf.GradientTape() as tape:
-                out = model.step_output(features, {}, training=True)
-                loss = weighted_loss(out.losses)
-            grads = tape.gradient(loss, model.trainable_variables)
-            optimizer.apply_gradients(zip(grads, model.trainable_variables))
-            return loss
-
-        start = time.time()
-        float(step(batch))
-        warm = time.time() - start
-        start = time.time()
-        for _ in range(steps):
-            loss = float(step(batch))
-        per_step = (time.time() - start) / steps
-        print(f"{mode:10s} {warm:9.1f} {per_step:7.2f} {batch_size / per_step:10.1f} {loss:8.3f}", flush=True)
-    tf.keras.mixed_precision.set_global_policy("float32")
+        argv = [sys.executable, os.path.abspath(__file__), "--part=step", f"--step_child={mode}",
+                f"--batch_size={batch_size}", f"--steps={steps}", f"--step_data_dir={data_dir or ''}"]
+        try:
+            r = step_bench.parse_child(same_run.run_measured(argv)["output"])
+        except RuntimeError as e:
+            print(f"{mode:10s} failed: {str(e)[-1500:]}")
+            continue
+        wall, cpu = sum(r["step_wall_s"]) / steps, sum(r["step_cpu_s"]) / steps
+        share, share_cpu = step_bench.shares(r["flops"], wall, cpu, peak, "bf16" if mode.startswith("bf16") else "fp32")
+        print(f"{mode:10s} {wall:7.2f} {cpu:10.2f} {batch_size / wall:10.1f} {share:7.1f}% {share_cpu:5.1f}% {r['warmup_wall_s']:9.1f} "
+              f"{r['peak_rss_mib']:12,.0f} {r['load_avg_1m']:5.1f} {r['loss']:8.3f}", flush=True)
 
 
 def main() -> None:
@@ -241,7 +275,12 @@ def main() -> None:
     parser.add_argument("--batch_size", type=int, default=32)
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--work_dir", default="", help="keep outputs here (default: a temporary folder)")
+    parser.add_argument("--step_child", default="", help=argparse.SUPPRESS)
+    parser.add_argument("--step_data_dir", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.step_child:
+        step_child(args.step_data_dir or None, args.step_child, args.batch_size, args.steps)
+        return
 
     work = args.work_dir or tempfile.mkdtemp(prefix="bench_electra_")
     data_dir = None

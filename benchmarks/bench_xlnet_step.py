@@ -1,28 +1,32 @@
-"""XLNet pretraining train-step cost on this machine: seconds per step and peak memory, with and
-without per-layer recompute (gradient checkpointing) and bf16.
+"""XLNet pretraining training step on this machine: s/step, examples/s, peak RSS and the share of the measured
+matmul peak, with and without per-layer recompute (gradient checkpointing) and bf16.
 
-Each variant runs in its own child process so its peak RSS (`ru_maxrss`) is its own. A step is
-forward + backward + Adam update inside one `tf.function`, memories carried from step to step, on
-XLNet-base shapes by default (L=512, reuse_len=256, mem_len=384, num_predict=85, bi_data, batch 2).
+A step is `trainers.core.Trainer`'s step (benchmarks/step_bench.py: forward + backward + global-norm clipping +
+XLNet's Adam with bias correction, `--optimizer=adam --weight_decay=0`), memories carried from step to step in
+the Trainer's per-replica state, on XLNet-base shapes by default (L=512, reuse_len=256, mem_len=384,
+num_predict=85, bi_data, batch 2). Each variant runs in its own process (`same_run.run_measured`), so its peak
+RSS is its own; the matmul peak (fp32, bf16) is measured in its own process of the same run.
 
-    python benchmarks/bench_xlnet_step.py                     # all four variants, base shapes
-    python benchmarks/bench_xlnet_step.py --n_layer=2 --steps=2 --variants=fp32,fp32_recompute
+    nice -n 10 python3 benchmarks/bench_xlnet_step.py --variants=fp32,bf16      # base shapes
+    python3 benchmarks/bench_xlnet_step.py --n_layer=2 --steps=2 --variants=fp32,fp32_recompute
 
-No figure from the original XLNet (TF1) on this CPU is available to print beside ours; the
-comparison that matters here is between variants (recompute should cut activation memory at the
-cost of one extra forward per layer; bf16 halves activation bytes).
+Model FLOPs per step are counted from the shapes (two-stream attention with memories, relative positions,
+the LM head on the num_predict targets; backward = 2 x forward); the share is FLOPs / step wall / matmul peak.
+No original XLNet (TF1) figure from this machine exists to print beside ours; the comparison that matters here is
+between variants (recompute cuts activation memory at the cost of one extra forward per layer).
+
+On a GPU (found automatically) `--max_batch` finds the largest batch of XLNet-Large at L512 that trains
+(doubling until a step fails, then bisecting; each try is a fresh process) and prints its s/step. On a CPU-only
+machine that search is skipped with a message.
 """
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import resource
-import subprocess
 import sys
-import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
 VARIANTS = {"fp32": (False, False), "fp32_recompute": (False, True),
             "bf16": (True, False), "bf16_recompute": (True, True)}
 
@@ -38,6 +42,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--batch", type=int, default=2, help="per-replica batch (even: bi_data)")
     p.add_argument("--steps", type=int, default=3, help="timed steps after one warm-up step")
     p.add_argument("--variants", default=",".join(VARIANTS))
+    p.add_argument("--max_batch", action="store_true", help="GPU: largest XLNet-Large L512 batch (see above)")
     p.add_argument("--child", default="", help=argparse.SUPPRESS)
     return p.parse_args(argv)
 
@@ -61,75 +66,118 @@ def synthetic_features(args, n_token: int, seed: int):
                 target=np.take_along_axis(ids, pos, 1), target_mask=np.ones((b, npred), np.float32))
 
 
+def step_flops(config, args) -> float:
+    """Model FLOPs of one training step (2 per multiply-add, backward = 2 x forward), per the shapes."""
+    d, inner, b = config.d_model, config.d_inner, args.batch
+    length, m, mlen = args.seq_len, args.num_predict, args.mem_len
+    klen = mlen + length
+    rlen = klen + length  # relative positions, both directions
+    proj = 2 * d * d * (length + 2 * klen + rlen + length + 2 * m)  # q, k, v, r, o (content) + q, o (query)
+    attn = 2 * (2 * 2 * length * klen * d + 2 * length * rlen * d) + 2 * 2 * m * length * d  # both streams
+    ffn = 2 * 2 * d * inner * (length + m)
+    head = 2 * m * d * config.n_token
+    return 3.0 * b * (config.n_layer * (proj + attn + ffn) + head)
+
+
 def run_child(args) -> dict:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     sys.path.insert(0, REPO)
     import tensorflow as tf
 
+    from benchmarks import step_bench
     from models.xlnet import XLNetConfig, XLNetPretrainer
 
     bf16, recompute = VARIANTS[args.child]
-    if bf16:
-        tf.keras.mixed_precision.set_global_policy("mixed_bfloat16")
     overrides = dict(mem_len=args.mem_len, reuse_len=args.reuse_len, bi_data=True, dropout=0.1,
                      dropatt=0.1, recompute=recompute)
     if args.n_layer:
         overrides["n_layer"] = args.n_layer
     config = XLNetConfig.preset(args.preset, **overrides)
-    model = XLNetPretrainer(config)
-    optimizer = tf.keras.optimizers.Adam(1e-4)
-    optimizer.build(model.trainable_variables)
-    feats = [{k: tf.constant(v) for k, v in synthetic_features(args, config.n_token, s).items()}
-             for s in range(2)]
+    batch = {k: tf.constant(v) for k, v in synthetic_features(args, config.n_token, 0).items()}
+    trainer, model_dir = step_bench.make_trainer(lambda: XLNetPretrainer(config), batch,
+                                                 precision="bf16" if bf16 else "fp32", optimizer="adam",
+                                                 weight_decay=0.0)
+    try:
+        result = step_bench.time_steps(step_bench.trainer_step_fn(trainer), 1, args.steps)
+    finally:
+        import shutil
+        shutil.rmtree(model_dir, ignore_errors=True)
+    result.update(variant=args.child, flops=step_flops(config, args),
+                  params=sum(int(tf.size(v)) for v in trainer.model.trainable_variables))
+    return result
 
-    @tf.function
-    def train_step(features, state):
-        with tf.GradientTape() as tape:
-            out = model.step_output(features, state, training=True)
-            loss = out.losses["lm"].total / out.losses["lm"].count
-        grads = tape.gradient(loss, model.trainable_variables)
-        optimizer.apply_gradients(zip(grads, model.trainable_variables))
-        return loss, out.state
 
-    state = model.initial_state(args.batch)
-    t0 = time.perf_counter()
-    loss, state = train_step(feats[0], state)
-    loss.numpy()
-    first = time.perf_counter() - t0
-    times = []
-    for step in range(args.steps):
-        t0 = time.perf_counter()
-        loss, state = train_step(feats[(step + 1) % 2], state)
-        loss.numpy()
-        times.append(time.perf_counter() - t0)
-    params = sum(int(tf.size(v)) for v in model.trainable_variables)
-    return {"variant": args.child, "params": params, "first_step_s": round(first, 2),
-            "s_per_step": round(sorted(times)[len(times) // 2], 3), "loss": float(loss),
-            "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
+def max_batch_search(args, passthrough: list[str], peak: dict) -> None:
+    """GPU only: the largest batch of XLNet-Large at L512 whose step runs (doubling, then bisecting)."""
+    from benchmarks import same_run, step_bench
+
+    def fits(batch: int) -> dict | None:
+        argv = [sys.executable, os.path.abspath(__file__), *passthrough, "--preset=large", "--n_layer=0",
+                "--seq_len=512", f"--batch={batch}", "--steps=1", "--child=bf16"]  # later flags win
+        try:
+            return step_bench.parse_child(same_run.run_measured(argv)["output"])
+        except RuntimeError:
+            return None
+
+    good, bad, last = 0, 0, None
+    batch = 2
+    while not bad:
+        r = fits(batch)
+        print(f"  batch {batch}: {'fits, %.2f s/step' % r['step_wall_s'][0] if r else 'does not fit'}", flush=True)
+        if r:
+            good, last, batch = batch, r, batch * 2
+        else:
+            bad = batch
+    while bad - good > 2:  # bi_data needs an even batch
+        mid = (good + bad) // 2 // 2 * 2
+        r = fits(mid)
+        print(f"  batch {mid}: {'fits' if r else 'does not fit'}", flush=True)
+        good, last, bad = (mid, r, bad) if r else (good, last, mid)
+    if last:
+        wall = last["step_wall_s"][0]
+        print(f"XLNet-Large L512 bf16 on {peak['gpu']}: largest batch {good}, {wall:.2f} s/step, "
+              f"{good / wall:.1f} ex/s, {100 * last['flops'] / wall / (peak['bf16'] * 1e9):.1f}% of the bf16 matmul")
+    else:
+        print("XLNet-Large L512: not even batch 2 fits")
 
 
 def main(argv=None) -> None:
     args = parse_args(argv)
     if args.child:
-        print("RESULT " + json.dumps(run_child(args)), flush=True)
+        from benchmarks import step_bench
+        print(step_bench.child_result(run_child(args)), flush=True)
         return
-    passthrough = [a for a in (argv if argv is not None else sys.argv[1:]) if not a.startswith("--variants")]
+    sys.path.insert(0, REPO)
+    from benchmarks import same_run, step_bench
+    passthrough = [f"--{k}={getattr(args, k)}" for k in ("preset", "n_layer", "seq_len", "reuse_len", "mem_len",
+                                                          "num_predict", "batch", "steps")]
+    peak = step_bench.matmul_peak()
     print(f"XLNet {args.preset}{f' n_layer={args.n_layer}' if args.n_layer else ''}: L={args.seq_len} "
           f"reuse={args.reuse_len} mem={args.mem_len} num_predict={args.num_predict} batch={args.batch} "
-          f"bi_data, dropout 0.1; median of {args.steps} steps after 1 warm-up; {os.cpu_count()} CPUs")
-    print(f"{'variant':<16}{'s/step':>9}{'first step s':>14}{'peak RSS MiB':>14}{'loss':>8}")
+          f"bi_data, dropout 0.1; 1 warm-up + {args.steps} timed steps through trainers.core.Trainer")
+    print(f"device: {peak['gpu'] or f'CPU, {os.cpu_count()} cores'}; measured matmul peak fp32 {peak['fp32']:,.0f} "
+          f"GFLOP/s ({peak['fp32_cpu']:,.0f} per CPU-s), bf16 {peak['bf16']:,.0f} GFLOP/s ({peak['bf16_cpu']:,.0f} per CPU-s)")
+    print(f"{'variant':<16}{'s/step':>8}{'CPU s/step':>11}{'ex/s':>7}{'% matmul':>9}{'(CPU)':>7}{'warm-up s':>10}"
+          f"{'peak RSS MiB':>13}{'load':>6}{'loss':>8}")
     for variant in args.variants.split(","):
         if variant not in VARIANTS:
             sys.exit(f"--variants: unknown {variant!r}; known: {', '.join(VARIANTS)}")
-        proc = subprocess.run([sys.executable, os.path.abspath(__file__), *passthrough, f"--child={variant}"],
-                              capture_output=True, text=True)
-        lines = [l for l in proc.stdout.splitlines() if l.startswith("RESULT ")]
-        if proc.returncode or not lines:
-            print(f"{variant:<16} failed (exit {proc.returncode}):\n{proc.stderr[-2000:]}")
+        try:
+            measured = same_run.run_measured([sys.executable, os.path.abspath(__file__), *passthrough,
+                                              f"--child={variant}"], env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+        except RuntimeError as e:
+            print(f"{variant:<16} failed: {str(e)[-1500:]}")
             continue
-        r = json.loads(lines[-1][len("RESULT "):])
-        print(f"{variant:<16}{r['s_per_step']:>9.2f}{r['first_step_s']:>14.1f}{r['peak_rss_mib']:>14.0f}"
-              f"{r['loss']:>8.3f}", flush=True)
+        r = step_bench.parse_child(measured["output"])
+        wall, cpu = sum(r["step_wall_s"]) / len(r["step_wall_s"]), sum(r["step_cpu_s"]) / len(r["step_cpu_s"])
+        share, share_cpu = step_bench.shares(r["flops"], wall, cpu, peak, "bf16" if variant.startswith("bf16") else "fp32")
+        print(f"{variant:<16}{wall:8.2f}{cpu:11.2f}{args.batch / wall:7.2f}{share:8.1f}%{share_cpu:6.1f}%{r['warmup_wall_s']:10.1f}"
+              f"{r['peak_rss_mib']:13,.0f}{r['load_avg_1m']:6.1f}{r['loss']:8.3f}", flush=True)
+    if args.max_batch or peak["gpu"]:
+        if peak["gpu"]:
+            max_batch_search(args, passthrough, peak)
+        else:
+            print("no GPU: the XLNet-Large L512 largest-batch search (--max_batch) runs only on a GPU")
 
 
 if __name__ == "__main__":

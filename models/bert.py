@@ -31,6 +31,7 @@ from typing import Any
 import tensorflow as tf
 
 from models.layers.dense import Dense
+from models.layers.fused import LayerNormalization
 
 from framework.registry import register_model
 from models.base import StepOutput, Term, TrainableModel
@@ -230,7 +231,7 @@ class MaskedLMHead(tf.keras.layers.Layer):
         self.dense = Dense(embeddings.embedding_size, activation=get_activation(hidden_act),
                                            kernel_initializer=truncated_normal(initializer_range),
                                            name="transform_dense")
-        self.layer_norm = tf.keras.layers.LayerNormalization(epsilon=layer_norm_eps, name="transform_LayerNorm")
+        self.layer_norm = LayerNormalization(epsilon=layer_norm_eps, name="transform_LayerNorm")
 
     def build(self, input_shape) -> None:
         self.dense.build(input_shape)

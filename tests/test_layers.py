@@ -151,3 +151,68 @@ def test_encoder_under_bf16_policy_is_finite(bf16_policy):
     assert out.dtype == tf.bfloat16
     assert np.all(np.isfinite(tf.cast(out, tf.float32).numpy()))
     assert all(v.dtype == tf.float32 for v in enc.trainable_variables)
+
+
+
+def _fused_and_plain(fn, inputs, variables=()):
+    """(value, gradients) of `fn` on a training-step-sized input: fused path, then op-by-op path."""
+    from models.layers import fused
+    results = []
+    for min_size in (fused.FUSE_MIN_SIZE, 1 << 62):  # fusable, then never fusable
+        old, fused.FUSE_MIN_SIZE = fused.FUSE_MIN_SIZE, min_size
+        try:
+            with tf.GradientTape() as tape:
+                tape.watch(inputs)
+                y = fn(*inputs)
+                loss = tf.reduce_sum(tf.cast(y, tf.float32) * tf.random.stateless_normal(y.shape, [1, 2]))
+            results.append((y, tape.gradient(loss, list(inputs) + list(variables))))
+        finally:
+            fused.FUSE_MIN_SIZE = old
+    return results
+
+
+@pytest.mark.parametrize("dtype", [tf.float32, tf.bfloat16])
+def test_fused_elementwise_chains_equal_the_op_by_op_ones(dtype):
+    """GELU (both), Keras-compatible LayerNorm and the masked softmax: the XLA-fused forward and gradient
+    of a large tensor give the op-by-op values (a fully padded example included)."""
+    from models.layers import fused
+    x = tf.cast(tf.random.stateless_normal([4, 64, 256], [3, 4]) * 3, dtype)
+    tol = dict(rtol=1e-5, atol=1e-5) if dtype == tf.float32 else dict(rtol=2e-2, atol=2e-2)
+    policy = "mixed_bfloat16" if dtype == tf.bfloat16 else "float32"
+    norm = fused.LayerNormalization(epsilon=1e-12, dtype=policy)
+    norm.build((None, None, 256))
+    norm.gamma.assign(tf.random.stateless_normal([256], [5, 6]))
+    norm.beta.assign(tf.random.stateless_normal([256], [7, 8]))
+    mask = tf.constant(np.random.default_rng(0).random((4, 1, 256)) > 0.3)
+    mask = tf.concat([mask[:3], tf.zeros_like(mask[:1])], 0)  # the last example is all padding
+    cases = [(get_activation("gelu"), ()), (get_activation("gelu_exact"), ()), (norm, norm.trainable_variables),
+             (lambda v: masked_softmax(tf.cast(v, tf.float32), mask), ())]
+    for fn, variables in cases:
+        (y1, g1), (y2, g2) = _fused_and_plain(fn, (x,), variables)
+        assert y1.dtype == y2.dtype
+        np.testing.assert_allclose(tf.cast(y1, tf.float32).numpy(), tf.cast(y2, tf.float32).numpy(), **tol)
+        for a, b in zip(g1, g2):
+            np.testing.assert_allclose(tf.cast(a, tf.float32).numpy(), tf.cast(b, tf.float32).numpy(), **tol)
+    probs = masked_softmax(tf.cast(x, tf.float32), mask).numpy()
+    assert np.all(probs[3] == 0.0)
+    assert np.all(probs[:3][~np.broadcast_to(mask[:3].numpy(), probs[:3].shape)] == 0.0)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "mixed_bfloat16"])
+def test_fused_dropout_is_keras_dropout_bit_for_bit(dtype):
+    """Same seed -> the fused Dropout's output and gradient equal keras.layers.Dropout's exactly."""
+    from models.layers import fused
+    x = tf.random.stateless_normal([4, 64, 256], [3, 4])
+    dy = tf.random.stateless_normal([4, 64, 256], [5, 6])
+    outs = []
+    for cls in (fused.Dropout, tf.keras.layers.Dropout):
+        layer = cls(0.1, seed=7, dtype=dtype)
+        xin = tf.cast(x, layer.compute_dtype)
+        with tf.GradientTape() as tape:
+            tape.watch(xin)
+            y = layer(xin, training=True)
+        outs.append((y.numpy(), tape.gradient(y, xin, output_gradients=tf.cast(dy, y.dtype)).numpy()))
+    assert fused.fusable(x)
+    np.testing.assert_array_equal(outs[0][0], outs[1][0])
+    np.testing.assert_array_equal(outs[0][1], outs[1][1])
+    assert 0.08 < float(np.mean(outs[0][0] == 0)) < 0.12

@@ -152,3 +152,24 @@ def test_adam_with_bias_correction_matches_the_textbook_formula():
             np.testing.assert_allclose(np.abs(w.numpy() - np.array([1.0, -2.0, 3.0]) + 0.1 * 0.01 *
                                               np.array([1.0, -2.0, 3.0])), 0.1, rtol=1e-4)
     np.testing.assert_allclose(w.numpy(), w_ref, rtol=1e-5)
+
+
+def test_fused_update_is_the_same_formula():
+    """The XLA-fused per-variable update (jit_update, variables >= JIT_MIN_SIZE) gives the op-by-op values."""
+    rng = np.random.default_rng(0)
+    init = rng.normal(size=(opt.JIT_MIN_SIZE,)).astype(np.float32)
+    grads = [rng.normal(size=init.shape).astype(np.float32) for _ in range(3)]
+    results = {}
+    for name, jit in (("fused", True), ("plain", False)):
+        for kind in ("adamw", "adam", "lamb"):
+            w = tf.Variable(init, name="dense/kernel")
+            o = opt.create_optimizer(0.1, 100, 0, optimizer=kind, weight_decay=0.01)
+            o.jit_update = jit
+            o.build([w])
+            step = tf.function(lambda g, o=o, w=w: o.apply_gradients([(g, w)]))
+            for g in grads:
+                step(tf.constant(g))
+            results[name, kind] = w.numpy()
+    for kind in ("adamw", "adam", "lamb"):
+        assert not np.array_equal(results["plain", kind], init)
+        np.testing.assert_allclose(results["fused", kind], results["plain", kind], rtol=1e-5, atol=1e-6)

@@ -29,6 +29,15 @@ Decisions:
   encoder layer_N N+1, task heads n_layers+2 — see `electra_depth_fn`).
 - `skip` (a boolean tensor) makes the whole update a no-op (slots, params and the iteration counter all
   untouched): the loop uses it for a non-finite loss or non-finite fp16 gradients.
+- Fused update: each variable's update (the formulas above, unchanged) runs as ONE XLA-compiled function
+  (`jit_update=True`, the default), which fuses its ~12 elementwise passes over the parameter, gradient and
+  slots into one loop: 3.3x less CPU than the op-by-op graph on a 24M-parameter tensor (0.047 vs 0.155
+  CPU-s per update, 2-core AVX-512 CPU), where every op otherwise reads and writes a parameter-sized
+  tensor. TensorFlow's own `ApplyAdam` kernel was rejected: it computes `1 - beta_2` in float32
+  (0.00099998713, not 0.001), so it is not BERT's formula to 1e-5 (tests/test_optimization.py). One
+  compilation per distinct (shape, decay) signature (~0.5 s each), so only variables of at least
+  `JIT_MIN_SIZE` elements are fused: there the passes cost milliseconds each; below it the graph's
+  per-op overhead dominates and a compilation would not pay back in a short run (or a test).
 """
 from __future__ import annotations
 
@@ -41,6 +50,7 @@ import tensorflow as tf
 from models.checkpoints import backing_variable
 
 DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY = ("LayerNorm", "layer_norm", "bias")
+JIT_MIN_SIZE = 1 << 16  # elements: smaller variables are updated op by op (see "Fused update")
 
 
 # ----------------------------------------------------------------------------------------- schedules
@@ -177,6 +187,10 @@ def model_depth_fn(model) -> tuple[Callable[[object], int], int]:
     return depth, top
 
 
+def _scaled(grad, scale: tf.Tensor) -> tf.Tensor:
+    return tf.cast(tf.convert_to_tensor(grad), tf.float32) * scale
+
+
 def _matches_any(name: str, patterns: Iterable[str]) -> bool:
     return any(re.search(p, name) for p in patterns)
 
@@ -189,8 +203,11 @@ class Optimizer(tf.Module):
 
     def __init__(self, learning_rate: Callable[[tf.Tensor], tf.Tensor] | float, weight_decay: float = 0.0,
                  exclude_from_weight_decay: Sequence[str] = DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY,
-                 lr_multiplier_fn: Callable[[Sequence], list[float]] | None = None, name: str | None = None):
+                 lr_multiplier_fn: Callable[[Sequence], list[float]] | None = None, name: str | None = None,
+                 jit_update: bool = True):
         super().__init__(name=name)
+        self.jit_update = bool(jit_update)
+        self._compiled_update = None
         self.learning_rate = learning_rate if callable(learning_rate) else (lambda _s, lr=float(learning_rate): tf.constant(lr))
         self.weight_decay = float(weight_decay)
         self.exclude_from_weight_decay = tuple(exclude_from_weight_decay)
@@ -234,8 +251,12 @@ class Optimizer(tf.Module):
 
     # -- applying
     def apply_gradients(self, grads_and_vars: Iterable[tuple[tf.Tensor | None, object]],
-                        skip: tf.Tensor | bool = False):
-        """Apply already-aggregated gradients; `None` gradients leave their variable (and slots) alone."""
+                        skip: tf.Tensor | bool = False, grad_scale: tf.Tensor | float | None = None):
+        """Apply already-aggregated gradients; `None` gradients leave their variable (and slots) alone.
+
+        `grad_scale` (a scalar, e.g. global-norm clipping's factor) multiplies every gradient inside the
+        update, the same float32 product `tf.clip_by_global_norm` forms, without a separate pass over all
+        gradients (in the fused update it costs nothing)."""
         if self.iterations is None:
             raise RuntimeError("call optimizer.build(model.trainable_variables) inside the strategy scope first")
         index = {id(v): i for i, v in enumerate(self._variables)}
@@ -247,12 +268,13 @@ class Optimizer(tf.Module):
                 raise KeyError(f"variable {variable_name(v)} was not passed to optimizer.build")
             items.append((g, index[id(v)]))
         skip = tf.convert_to_tensor(skip, tf.bool)
+        scale = tf.constant(1.0, tf.float32) if grad_scale is None else tf.cast(grad_scale, tf.float32)
         ctx = tf.distribute.get_replica_context()
         if ctx is None:  # cross-replica context
-            return self._distributed_apply(tf.distribute.get_strategy(), items, skip)
-        return ctx.merge_call(self._distributed_apply, args=(items, skip))
+            return self._distributed_apply(tf.distribute.get_strategy(), items, skip, scale)
+        return ctx.merge_call(self._distributed_apply, args=(items, skip, scale))
 
-    def _distributed_apply(self, strategy, items, skip):
+    def _distributed_apply(self, strategy, items, skip, scale):
         step = self.iterations + 1
         lr = self.current_learning_rate()
         ops = []
@@ -260,17 +282,31 @@ class Optimizer(tf.Module):
             slots = tuple(self.slots[s][i] for s in self.slot_names)
             kwargs = self._update_kwargs(i, lr, step)
 
-            def update(var, g, skip_, *slot_vars, _kw=kwargs):
-                return tf.cond(skip_, tf.no_op, lambda: tf.group(self._update(var, g, *slot_vars, **_kw)))
+            def update(var, g, skip_, scale_, *slot_vars, _kw=kwargs):
+                return tf.cond(skip_, tf.no_op,
+                               lambda: tf.group(self._apply_one(var, g, scale_, *slot_vars, **_kw)))
 
-            # `skip` (like `grad`) may be a per-replica value: passing it in `args` hands each device its own.
+            # `skip` and `scale` (like `grad`) may be per-replica values: `args` hands each device its own.
             ops.append(strategy.extended.update(backing_variable(self._variables[i]), update,
-                                                args=(grad, skip) + slots, group=True))
+                                                args=(grad, skip, scale) + slots, group=True))
         with tf.control_dependencies(ops):
             inc = strategy.extended.update(
                 self.iterations, lambda it, skip_: it.assign_add(tf.where(skip_, tf.constant(0, tf.int64), 1)),
                 args=(skip,), group=True)
         return inc
+
+    def _apply_one(self, var, grad, scale, *slots, **kwargs):
+        """`_update` of one variable with its gradient times `scale`, XLA-fused when `jit_update` (see the
+        module docstring)."""
+        if not self.jit_update or var.shape.num_elements() is None or var.shape.num_elements() < JIT_MIN_SIZE:
+            return self._update(var, _scaled(grad, scale), *slots, **kwargs)
+        if self._compiled_update is None:
+            def fused(var, grad, scale, *slots, **kw):
+                self._update(var, _scaled(grad, scale), *slots, **kw)
+                return tf.constant(True)
+
+            self._compiled_update = tf.function(fused, jit_compile=True)
+        return [self._compiled_update(var, grad, scale, *slots, **kwargs)]
 
     def _update_kwargs(self, i: int, lr: tf.Tensor, step: tf.Tensor) -> dict:
         """Per-variable constants of one update (subclasses add their own)."""

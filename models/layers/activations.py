@@ -6,7 +6,8 @@ Decisions:
   uses. The two differ by < 1e-3, but a mismatch still shifts imported checkpoints' outputs,
   so the name is explicit.
 - Unknown names are a clear error listing the known ones (config files are user input).
-- Both GELUs have hand-written gradients that save only their input (memory, see `gelu`).
+- Both GELUs have hand-written gradients that save only their input (memory, see `gelu`); on a training
+  step's activations both directions run as one XLA-fused loop each (models/layers/fused.py).
 - Functions compute in the input's dtype; under mixed_bfloat16 that is bf16, which is accurate
   enough for an activation (the originals' TPU runs did the same).
 """
@@ -16,6 +17,8 @@ import math
 from typing import Callable
 
 import tensorflow as tf
+
+from models.layers import fused
 
 
 _GELU_C = math.sqrt(2.0 / math.pi)
@@ -34,28 +37,46 @@ def gelu(x: tf.Tensor):
     form keeps ~5 FFN-sized intermediates per layer (about 3 GB at BERT-base, L128, batch 32).
     """
     x = tf.convert_to_tensor(x)
-    y = 0.5 * x * (1.0 + _gelu_tanh(x))
+    if fused.fusable(x):
+        return _gelu_forward_xla(x), lambda dy: _gelu_backward_xla(x, dy)
+    return _gelu_forward(x), lambda dy: _gelu_backward(x, dy)
 
-    def grad(dy: tf.Tensor) -> tf.Tensor:
-        t = _gelu_tanh(x)
-        du = tf.cast(_GELU_C, x.dtype) * (1.0 + tf.cast(3.0 * _GELU_A, x.dtype) * x * x)
-        return dy * (0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * du)
 
-    return y, grad
+def _gelu_forward(x: tf.Tensor) -> tf.Tensor:
+    return 0.5 * x * (1.0 + _gelu_tanh(x))
+
+
+def _gelu_backward(x: tf.Tensor, dy: tf.Tensor) -> tf.Tensor:
+    t = _gelu_tanh(x)
+    du = tf.cast(_GELU_C, x.dtype) * (1.0 + tf.cast(3.0 * _GELU_A, x.dtype) * x * x)
+    return dy * (0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * du)
+
+
+_gelu_forward_xla = fused.xla(_gelu_forward)
+_gelu_backward_xla = fused.xla(_gelu_backward)
 
 
 @tf.custom_gradient
 def gelu_exact(x: tf.Tensor):
     """GELU, exact erf form (ELECTRA); gradient `Phi(x) + x * phi(x)` from `x` alone (see gelu)."""
     x = tf.convert_to_tensor(x)
-    y = 0.5 * x * (1.0 + tf.math.erf(x / tf.cast(math.sqrt(2.0), x.dtype)))
+    if fused.fusable(x):
+        return _gelu_exact_forward_xla(x), lambda dy: _gelu_exact_backward_xla(x, dy)
+    return _gelu_exact_forward(x), lambda dy: _gelu_exact_backward(x, dy)
 
-    def grad(dy: tf.Tensor) -> tf.Tensor:
-        cdf = 0.5 * (1.0 + tf.math.erf(x / tf.cast(math.sqrt(2.0), x.dtype)))
-        pdf = tf.exp(-0.5 * x * x) * tf.cast(1.0 / math.sqrt(2.0 * math.pi), x.dtype)
-        return dy * (cdf + x * pdf)
 
-    return y, grad
+def _gelu_exact_forward(x: tf.Tensor) -> tf.Tensor:
+    return 0.5 * x * (1.0 + tf.math.erf(x / tf.cast(math.sqrt(2.0), x.dtype)))
+
+
+def _gelu_exact_backward(x: tf.Tensor, dy: tf.Tensor) -> tf.Tensor:
+    cdf = 0.5 * (1.0 + tf.math.erf(x / tf.cast(math.sqrt(2.0), x.dtype)))
+    pdf = tf.exp(-0.5 * x * x) * tf.cast(1.0 / math.sqrt(2.0 * math.pi), x.dtype)
+    return dy * (cdf + x * pdf)
+
+
+_gelu_exact_forward_xla = fused.xla(_gelu_exact_forward)
+_gelu_exact_backward_xla = fused.xla(_gelu_exact_backward)
 
 
 def relu(x: tf.Tensor) -> tf.Tensor:

@@ -24,6 +24,7 @@ import math
 import tensorflow as tf
 
 from models.layers.dense import Dense
+from models.layers.fused import Dropout
 
 from models.layers.embeddings import truncated_normal
 from models.layers.softmax import masked_softmax
@@ -64,7 +65,7 @@ class MultiHeadAttention(tf.keras.layers.Layer):
         self.key = dense("key")
         self.value = dense("value")
         self.output_dense = dense("output_dense")
-        self.dropout = tf.keras.layers.Dropout(attention_dropout, dtype=self.dtype_policy)
+        self.dropout = Dropout(attention_dropout, dtype=self.dtype_policy)
 
     def build(self, input_shape) -> None:
         width = (None, None, self.hidden_size)

@@ -34,6 +34,7 @@ from typing import Callable
 
 import tensorflow as tf
 
+from models.layers import fused
 from models.layers.activations import get_activation
 from models.layers.softmax import masked_softmax
 
@@ -137,6 +138,9 @@ class LayerNorm(tf.keras.layers.Layer):
         self.built = True
 
     def call(self, x: tf.Tensor) -> tf.Tensor:
+        if fused.fusable(x):  # same formula as below, one XLA loop each way (models/layers/fused.py)
+            return fused.fused_layer_norm(x, tf.convert_to_tensor(self.gamma), tf.convert_to_tensor(self.beta),
+                                          self.epsilon)
         x32 = tf.cast(x, tf.float32)
         mean, var = tf.nn.moments(x32, axes=[-1], keepdims=True)
         y = (x32 - mean) * tf.math.rsqrt(var + self.epsilon)

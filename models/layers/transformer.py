@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from models.layers.fused import Dropout, LayerNormalization
+
 from models.layers.dense import Dense
 
 from models.layers.activations import get_activation
@@ -46,15 +48,15 @@ class TransformerBlock(tf.keras.layers.Layer):
         policy = self.dtype_policy
         self.attention = MultiHeadAttention(hidden_size, num_heads, attention_dropout, initializer_range,
                                             name="attention", dtype=policy)
-        self.attention_dropout = tf.keras.layers.Dropout(hidden_dropout, dtype=policy)
-        self.attention_layer_norm = tf.keras.layers.LayerNormalization(
+        self.attention_dropout = Dropout(hidden_dropout, dtype=policy)
+        self.attention_layer_norm = LayerNormalization(
             epsilon=layer_norm_eps, name="attention_LayerNorm", dtype=policy)
         self.intermediate = Dense(intermediate_size, activation=get_activation(hidden_act),
                                                   kernel_initializer=init, name="intermediate", dtype=policy)
         self.output_dense = Dense(hidden_size, kernel_initializer=init, name="output_dense",
                                                   dtype=policy)
-        self.output_dropout = tf.keras.layers.Dropout(hidden_dropout, dtype=policy)
-        self.output_layer_norm = tf.keras.layers.LayerNormalization(
+        self.output_dropout = Dropout(hidden_dropout, dtype=policy)
+        self.output_layer_norm = LayerNormalization(
             epsilon=layer_norm_eps, name="output_LayerNorm", dtype=policy)
 
     def build(self, input_shape=None) -> None:
