@@ -48,6 +48,7 @@ import collections
 import gzip
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -311,6 +312,10 @@ def main() -> None:
         key = f"finetune_{tag}"
         if "dev_accuracy" in results.get(key, {}):
             return None
+        if key not in results and os.path.exists(w("runs", tag)):
+            # A run folder results.json knows nothing of (copied, or from an earlier pretraining): the
+            # trainer would resume it, even a finished one, so its accuracy would be stale. Start afresh.
+            shutil.rmtree(w("runs", tag))
         params = [f"finetune.model='{model}'", "finetune.task='tsv_classification'",
                   f"finetune.problem_hparams={movies!r}", f"finetune.data_dir='{data}'",
                   f"finetune.model_dir='{w('runs', tag)}'", "finetune.max_seq_length=64",
