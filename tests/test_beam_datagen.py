@@ -23,15 +23,15 @@ DIRECT_2 = "--runner=DirectRunner --direct_num_workers=2 --direct_running_mode=m
 NAME = "bert_pretrain"
 
 
-def datagen_cmd(data_dir, *extra: str) -> list[str]:
+def datagen_cmd(data_dir, *extra: str, dupe_factor: int = 2, num_shards: int = 6) -> list[str]:
     # No --seed: users run without one.
     return [sys.executable, "-m", "framework.datagen", f"--problem={NAME}", f"--input_file={EMMA}",
-            f"--data_dir={data_dir}", "--vocab_size=800", "--dupe_factor=2", "--max_seq_length=64",
-            "--max_predictions_per_seq=10", "--num_shards=6", *extra]
+            f"--data_dir={data_dir}", "--vocab_size=800", f"--dupe_factor={dupe_factor}", "--max_seq_length=64",
+            "--max_predictions_per_seq=10", f"--num_shards={num_shards}", *extra]
 
 
-def run_datagen(data_dir, *extra: str, timeout: int = 240) -> subprocess.CompletedProcess:
-    proc = subprocess.run(datagen_cmd(data_dir, *extra), cwd=REPO, capture_output=True, text=True,
+def run_datagen(data_dir, *extra: str, timeout: int = 240, **settings) -> subprocess.CompletedProcess:
+    proc = subprocess.run(datagen_cmd(data_dir, *extra, **settings), cwd=REPO, capture_output=True, text=True,
                           timeout=timeout, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc
@@ -86,11 +86,18 @@ def test_beam_shards_are_byte_identical_to_local(beam, local_dir, tmp_path):
 
 
 @pytest.mark.slow
-def test_killed_pipeline_leaves_no_manifest_and_a_rerun_completes(beam, local_dir, tmp_path):
-    folder = os.path.join(tmp_path, NAME)
+def test_killed_pipeline_leaves_no_manifest_and_a_rerun_completes(beam, tmp_path):
+    # More and bigger shards than the other tests: a shard of the 6-shard setting is written in tens of
+    # milliseconds, so every shard could be done before the kill. The reference is a local run of the same.
+    settings = dict(dupe_factor=20, num_shards=24)
+    reference = tmp_path / "reference"
+    run_datagen(reference, "--num_workers=2", **settings)
+    run_dir = tmp_path / "beam"
+    folder = os.path.join(run_dir, NAME)
     manifest_path = os.path.join(folder, f"{NAME}-train.manifest.json")
     # A real launcher with its SDK worker processes, in its own process group so SIGKILL takes all.
-    proc = subprocess.Popen(datagen_cmd(tmp_path, "--runner=beam", f"--beam_pipeline_options={DIRECT_2}"),
+    proc = subprocess.Popen(datagen_cmd(run_dir, "--runner=beam", f"--beam_pipeline_options={DIRECT_2}",
+                                        **settings),
                             cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
     try:
@@ -108,10 +115,10 @@ def test_killed_pipeline_leaves_no_manifest_and_a_rerun_completes(beam, local_di
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     finished = [n for n in os.listdir(folder) if n.endswith(".tfrecord")]
-    assert len(finished) < 6, "every shard was done before the kill: nothing was tested"
+    assert len(finished) < settings["num_shards"], "every shard was done before the kill: nothing was tested"
     assert not os.path.exists(manifest_path)
-    run_datagen(tmp_path, "--runner=beam", f"--beam_pipeline_options={DIRECT_2}")
+    run_datagen(run_dir, "--runner=beam", f"--beam_pipeline_options={DIRECT_2}", **settings)
     assert os.path.exists(manifest_path)
-    assert shard_hashes(tmp_path) == shard_hashes(local_dir)
-    assert manifest(tmp_path) == manifest(local_dir)
+    assert shard_hashes(run_dir) == shard_hashes(reference)
+    assert manifest(run_dir) == manifest(reference)
     assert not [n for n in os.listdir(folder) if n.endswith(".incomplete")]
