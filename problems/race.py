@@ -26,7 +26,6 @@ from typing import Any, Iterator
 import numpy as np
 import tensorflow as tf
 
-from framework import text_encoders
 from framework.flags import help_text
 from framework.problem import DatasetSplit, Problem
 from framework.registry import register_problem
