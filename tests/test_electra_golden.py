@@ -23,6 +23,7 @@ import collections
 import hashlib
 import os
 import re
+import shutil
 
 import pytest
 
@@ -75,7 +76,11 @@ def make_vocab(path: str, texts: list[str]) -> None:
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory) -> tuple[str, str]:
     root = tmp_path_factory.mktemp("golden")
-    odd = str(root / "odd.txt")
+    # Input files are read in sorted path order, so both live here under names that fix that order (the odd
+    # file first, as when the hashes were made); a checkout's own path must not decide it.
+    odd = str(root / "1_odd.txt")
+    emma = str(root / "2_austen_emma.txt")
+    shutil.copyfile(EMMA, emma)
     with open(odd, "w", encoding="utf-8", newline="") as f:
         f.write(ODD)
     vocab = str(root / "vocab.txt")
@@ -84,7 +89,7 @@ def inputs(tmp_path_factory) -> tuple[str, str]:
         with open(path, encoding="utf-8") as f:
             texts.append(f.read())
     make_vocab(vocab, texts)
-    return f"{EMMA},{odd}", vocab
+    return f"{emma},{odd}", vocab
 
 
 def shard_hashes(problem: ep.ElectraPretrain, data_dir: str, manifests: dict) -> list[str]:
