@@ -11,8 +11,10 @@ interrupted pretraining resumes from its last checkpoint):
    to dev) into --work/movies/{train,dev}.tsv (3,200 / 800 sentences);
 2. a bag-of-words logistic regression baseline in numpy (lower-cased whitespace tokens seen >= 2 times in
    train, binary features, full-batch gradient descent with L2, 1000 steps), its dev accuracy;
-3. pretraining corpus: --corpus files of ../shared/corpora/en only (default wikipedia_sample,
-   fortunes_quotes, lee_news: ~5 MB of prose; no movie text) -> bert_pretrain datagen (WordPiece vocab of
+3. pretraining corpus: --corpus files of ../shared/corpora/en (default wikipedia_sample,
+   fortunes_quotes, lee_news: ~5 MB of prose; no movie text), plus with --task_text=N the train split's
+   sentences without their labels, N times (task-adaptive pretraining; the dev split is never read)
+   -> bert_pretrain datagen (WordPiece vocab of
    --vocab_size learned from it, max_seq_length 64, dupe_factor 2) and electra_pretrain datagen with the
    same vocab;
 4. pretraining, BERT and ELECTRA side by side (--jobs): BERT tiny (2 layers, hidden 128, MLM + NSP) and
@@ -179,6 +181,9 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--work", default="/tmp/textrain_ft_movies")
     ap.add_argument("--corpus", default="wikipedia_sample,fortunes_quotes,lee_news",
                     help="comma list of ../shared/corpora/en/<name>.txt.gz files to pretrain on")
+    ap.add_argument("--task_text", type=int, default=0,
+                    help="task-adaptive pretraining: add the movie TRAIN split's sentences (labels dropped, dev "
+                         "untouched) this many times to the pretraining corpus, one sentence per document (0: none)")
     ap.add_argument("--vocab_size", type=int, default=8000)
     ap.add_argument("--pretrain_steps", type=int, default=3000)
     ap.add_argument("--pretrain_lr", type=float, default=2e-3)
@@ -195,8 +200,19 @@ def parse_args() -> argparse.Namespace:
 
 def pretrain_settings(args: argparse.Namespace) -> dict:
     """What a pretraining run depends on: a cached run made with other settings is refused, not reused."""
-    return {k: getattr(args, k) for k in ("corpus", "vocab_size", "pretrain_steps", "pretrain_lr",
+    return {k: getattr(args, k) for k in ("corpus", "task_text", "vocab_size", "pretrain_steps", "pretrain_lr",
                                           "generator_size", "temperature")}
+
+
+def write_task_text(train: list, path: str, repeat: int) -> None:
+    """The train split's sentences without labels, each its own document, `repeat` times (the corpus reader
+    de-duplicates file names, so repetition lives in the file). One sentence per document: the file is sorted
+    by label (2,000 pos, then 2,000 neg), so grouping neighbours into documents would let NSP see labels."""
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        for _ in range(repeat):
+            for text, _ in train:
+                f.write(text + "\n\n")
+    os.replace(path + ".tmp", path)
 
 
 def spread(values: list[float]) -> dict:
@@ -234,6 +250,9 @@ def main() -> None:
 
     # ---- pretraining data (one vocab for both models and for fine-tuning)
     corpus = ",".join(os.path.join(CORPORA, "en", f"{n}.txt.gz") for n in args.corpus.split(","))
+    if args.task_text:
+        write_task_text(train, w("movies", "train_text.txt"), args.task_text)
+        corpus += "," + w("movies", "train_text.txt")
     vocab = w("data", "bert_pretrain", "vocab.txt")
     common_gen = ["--max_seq_length=64", "--num_workers=2", "--seed=1", f"--input_file={corpus}"]
     if "bert" in only or "electra" in only:

@@ -203,7 +203,7 @@ def test_masked_positions_come_in_whole_segmenter_words(tmp_path, request):
     print(f"\nmasked characters of multi-character words whose whole word is masked: jieba WWM "
           f"{share_wwm:.3f} of {n_wwm}, character-level {share_chr:.3f} of {n_chr}; masked share "
           f"{frac_wwm:.3f} / {frac_chr:.3f}")
-    assert n_wwm > 500 and n_chr > 300
+    assert n_wwm > 300 and n_chr > 300  # ~1,500 each on People's Daily, ~400 on the Tang poems fallback
     assert share_wwm > 0.9 and share_chr < 0.5
     assert abs(frac_wwm - frac_chr) < 0.02 and 0.13 < frac_wwm < 0.17
     # Same vocabulary and the same ids: the segmenter changes masks, never tokens.
