@@ -103,7 +103,7 @@ def explain(e: BaseException) -> tuple[str, int] | None:
     if isinstance(e, FileNotFoundError) and e.errno is None:  # raised by our code with a message for the user
         return str(e), 1
     if isinstance(e, OSError) and e.errno in _OS_ADVICE:
-        where = f" {e.filename}" if e.filename else ""
+        where = re.sub(r"\.[A-Za-z0-9_]+-\d+\.incomplete\b", "", f" {e.filename}") if e.filename else ""
         return f"{_OS_ADVICE[e.errno]}{(' (' + where.strip() + ')') if where else ''}: {e.strerror or e}", 1
     if isinstance(e, (zlib.error, EOFError)):
         return (f"corrupt or truncated compressed input ({type(e).__name__}: {e}); re-download or "

@@ -29,7 +29,8 @@ import re
 import zlib
 from typing import Callable, Iterable, Iterator, Sequence
 
-import tensorflow as tf
+from framework import fileio
+from framework.lazy_tf import tf
 from absl import logging
 
 from framework.cli import UserError
@@ -49,17 +50,17 @@ def expand_paths(pattern: str) -> list[str]:
     for part in (p.strip() for p in pattern.split(",")):
         if not part:
             continue
-        matches = tf.io.gfile.glob(part)
+        matches = fileio.glob(part)
         if not matches:
             raise CorpusError(f"no file matches {part!r}")
-        paths.extend(m for m in sorted(matches) if not tf.io.gfile.isdir(m))
+        paths.extend(m for m in sorted(matches) if not fileio.isdir(m))
     return sorted(dict.fromkeys(paths))
 
 
 def _open_binary(path: str) -> io.BufferedIOBase:
-    if not tf.io.gfile.exists(path):
+    if not fileio.exists(path):
         raise CorpusError(f"{path}: no such file")
-    raw = tf.io.gfile.GFile(path, "rb")
+    raw = fileio.open_file(path, "rb")
     if path.endswith(".gz"):
         return gzip.GzipFile(fileobj=raw)
     if path.endswith(".bz2"):
@@ -72,9 +73,14 @@ def iter_lines(path: str, on_bad_utf8: str = "error") -> Iterator[tuple[int, str
     if on_bad_utf8 not in BAD_UTF8_POLICIES:
         raise ValueError(f"on_bad_utf8 must be one of {BAD_UTF8_POLICIES}, got {on_bad_utf8!r}")
     bad = 0
+    # tf.io.gfile's readline drops every carriage return of an uncompressed file's line (see
+    # _iter_byte_blocks); a local file read here does the same, so both routes give the same lines.
+    drop_cr = not path.endswith((".gz", ".bz2"))
     with _open_binary(path) as f:
         try:
             for lineno, raw in enumerate(f, start=1):
+                if drop_cr:
+                    raw = raw.replace(b"\r", b"")
                 try:
                     line = raw.decode("utf-8")
                 except UnicodeDecodeError as e:

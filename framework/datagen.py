@@ -15,7 +15,7 @@ import time
 
 from absl import app, flags
 
-from framework import cli, flag_aliases
+from framework import cli, fileio, flag_aliases
 from framework import flags as problem_flags
 from framework import registry
 
@@ -53,9 +53,7 @@ def _summary(problem, data_dir: str, manifests: dict, seconds: float) -> str:
 
 
 def os_stat(path: str) -> int:
-    import tensorflow as tf
-
-    return tf.io.gfile.stat(path).length
+    return fileio.stat(path).length
 
 
 def _generate_with_beam(problem, num_shards: dict | None) -> dict:
@@ -85,7 +83,12 @@ def main(argv: list[str]) -> None:
         cls = registry.problems.get(FLAGS.problem)
     except KeyError as e:
         raise app.UsageError(str(e.args[0])) from None
-    problem = cls(problem_flags.problem_hparams_from_flags(cls))
+    try:  # settings checked by the problem (ranges, combinations): one line naming the flag
+        problem = cls(problem_flags.problem_hparams_from_flags(cls))
+    except cli.UserError:
+        raise
+    except ValueError as e:
+        raise cli.UserError(str(e)) from None
     start = time.time()
     if FLAGS.vocab_only:
         problem.prepare(FLAGS.data_dir, FLAGS.tmp_dir)
@@ -114,7 +117,7 @@ def run() -> None:
         sys.argv = flag_aliases.translate_argv(sys.argv, flag_aliases.DATAGEN)
     except ValueError as e:
         cli.fail("textrain-datagen", str(e))
-    registry.import_builtins()
+    registry.import_builtins(models=False)  # datagen needs no model: no TensorFlow import either
     registry.import_usr_dir(registry.usr_dir_from_argv(sys.argv))
     problem_flags.define_problem_flags()
     cli.run_main("textrain-datagen", main)

@@ -26,9 +26,9 @@ import os
 import socket
 import time
 
-import tensorflow as tf
 from absl import logging
 
+from framework import fileio
 from framework.cli import UserError
 
 HOST = socket.gethostname()
@@ -77,18 +77,18 @@ class DirLock:
         try:
             holder = _read(self.path)
             if holder and holder.get("host") == HOST and holder.get("pid") == os.getpid():
-                tf.io.gfile.remove(self.path)
-        except (OSError, tf.errors.OpError):
+                fileio.remove(self.path)
+        except fileio.file_errors():
             pass
 
 
 def _read(path: str) -> dict | None:
     try:
-        with tf.io.gfile.GFile(path) as f:
+        with fileio.open_file(path) as f:
             return json.loads(f.read() or "null")
-    except (tf.errors.NotFoundError, FileNotFoundError):
+    except fileio.not_found_errors():
         return None
-    except (ValueError, tf.errors.OpError):
+    except (ValueError, *fileio.file_errors()):
         return {}
 
 
@@ -112,9 +112,9 @@ def _create(path: str, content: str) -> bool:
         with os.fdopen(fd, "w") as f:
             f.write(content)
         return True
-    if tf.io.gfile.exists(path):  # best effort (see the module docstring)
+    if fileio.exists(path):  # best effort (see the module docstring)
         return False
-    with tf.io.gfile.GFile(path, "w") as f:
+    with fileio.open_file(path, "w") as f:
         f.write(content)
     holder = _read(path)
     return bool(holder) and holder.get("pid") == os.getpid() and holder.get("host") == HOST
@@ -122,7 +122,7 @@ def _create(path: str, content: str) -> bool:
 
 def acquire_dir_lock(directory: str, program: str, name: str = ".textrain.lock") -> DirLock:
     """Take `{directory}/{name}` for this process, or raise LockedError naming the holder."""
-    tf.io.gfile.makedirs(directory)
+    fileio.makedirs(directory)
     path = os.path.join(directory, name)
     me = {"host": HOST, "pid": os.getpid(), "program": program, "started": time.time(),
           "process_start": _process_start(os.getpid())}
@@ -135,7 +135,7 @@ def acquire_dir_lock(directory: str, program: str, name: str = ".textrain.lock")
         if holder.get("host") == HOST and holder.get("pid") == os.getpid():
             return DirLock(path, owner=False)  # this process holds it already
         if not holder:  # empty/unreadable: a writer died between creating and filling it, or is doing so now
-            age = time.time() - tf.io.gfile.stat(path).mtime_nsec / 1e9
+            age = time.time() - fileio.stat(path).mtime_nsec / 1e9
             if age < 10:
                 time.sleep(0.5)
                 continue
@@ -151,7 +151,7 @@ def acquire_dir_lock(directory: str, program: str, name: str = ".textrain.lock")
         logging.warning("taking over the stale lock %s of %s, which is no longer running", path,
                         _describe(holder) if holder else "an unknown writer")
         try:
-            tf.io.gfile.remove(path)
-        except (tf.errors.NotFoundError, FileNotFoundError):
+            fileio.remove(path)
+        except fileio.not_found_errors():
             pass
     raise LockedError(f"could not take the lock {path}: another writer keeps taking it; retry")

@@ -38,7 +38,9 @@ import time
 from typing import Any, ClassVar, Iterator
 
 import numpy as np
-import tensorflow as tf
+from framework import fileio
+from framework import lazy_tf
+from framework.lazy_tf import tf
 from absl import logging
 
 from framework import locks, pipeline, records
@@ -208,7 +210,7 @@ class Problem:
 
     def read_manifest(self, data_dir: str, split: str = DatasetSplit.TRAIN) -> dict:
         path = os.path.join(self.problem_dir(data_dir), records.manifest_filename(self.name, split))
-        if not tf.io.gfile.exists(path):
+        if not fileio.exists(path):
             raise MissingDataError(
                 f"{path} does not exist: the {split!r} split of {self.name} has not been (completely) "
                 f"generated in {data_dir}; run textrain-datagen --problem={self.name} --data_dir={data_dir}")
@@ -329,10 +331,10 @@ def _split_status(problem: Problem, data_dir: str, split: str, settings: dict, s
                   overwrite: bool) -> str:
     """'complete', 'todo', or raises when an existing manifest was made with other settings."""
     path = os.path.join(problem.problem_dir(data_dir), records.manifest_filename(problem.name, split))
-    if not tf.io.gfile.exists(path):
+    if not fileio.exists(path):
         return "todo"
     if overwrite:
-        tf.io.gfile.remove(path)
+        fileio.remove(path)
         return "todo"
     old = records.read_json(path)
     diff = {k: (old.get("settings", {}).get(k, "<absent>"), v) for k, v in settings.items()
@@ -384,7 +386,7 @@ def generation_lock(problem: Problem, data_dir: str, task_id: int | None = None,
     if num_tasks < 1 or (task_id is not None and not 0 <= task_id < num_tasks):
         raise ValueError(f"--task_id must be in [0, --num_tasks={num_tasks}), got {task_id}")
     out_dir = problem.problem_dir(data_dir)
-    tf.io.gfile.makedirs(out_dir)
+    fileio.makedirs(out_dir)
     lock = locks.acquire_dir_lock(out_dir, "textrain-datagen", _lock_name(task_id, num_tasks))
     try:
         for path in records.remove_stale_incomplete(out_dir):
@@ -432,8 +434,8 @@ def plan_generation(problem: Problem, data_dir: str, tmp_dir: str, *, task_id: i
     """Build the vocabulary (`prepare`, here, once), repair complete splits whose files no longer match
     their manifest, and list the shards still to make. Call it under `generation_lock`."""
     out_dir = problem.problem_dir(data_dir)
-    tf.io.gfile.makedirs(out_dir)
-    tf.io.gfile.makedirs(tmp_dir) if tmp_dir else None
+    fileio.makedirs(out_dir)
+    fileio.makedirs(tmp_dir) if tmp_dir else None
     problem.prepare(data_dir, tmp_dir)
     settings = problem.manifest_settings(data_dir)
 
@@ -512,10 +514,11 @@ def _run_jobs(problem: Problem, data_dir: str, tmp_dir: str, seed: int, jobs: li
             report(i, run_shard_job(problem, data_dir, tmp_dir, seed, job))
         return
     if "forkserver" in multiprocessing.get_all_start_methods():
-        # The fork server imports TensorFlow and the problem once (no TF runtime started); workers
-        # fork from it instead of each paying the import (seconds: most of a small corpus's datagen).
+        # The fork server imports the problem's module once (and TensorFlow if this process uses it: a
+        # remote data_dir, a problem that needs it); workers fork from it instead of each paying the imports.
         ctx = multiprocessing.get_context("forkserver")
-        ctx.set_forkserver_preload(["tensorflow", type(problem).__module__])
+        preload = ["tensorflow"] if lazy_tf.loaded() else []
+        ctx.set_forkserver_preload(preload + [type(problem).__module__])
     else:
         ctx = multiprocessing.get_context("spawn")
     init = (ProblemSpec.of(problem), data_dir, tmp_dir, seed)

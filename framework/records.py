@@ -31,7 +31,8 @@ import time
 from typing import Any, Iterable, Iterator, Mapping
 
 import numpy as np
-import tensorflow as tf
+from framework import fileio
+from framework.lazy_tf import tf
 
 from framework.cli import UserError
 
@@ -338,7 +339,7 @@ def remove_stale_incomplete(directory: str) -> list[str]:
     untagged ones from older versions too). Files of live writers and of other hosts are left alone.
     Returns the removed paths."""
     removed = []
-    for path in tf.io.gfile.glob(os.path.join(directory, "*.incomplete")):
+    for path in fileio.glob(os.path.join(directory, "*.incomplete")):
         m = _TAGGED.search(path)
         if m and (m.group(1) != _HOST or _pid_alive(int(m.group(2)))):
             continue
@@ -350,9 +351,9 @@ def remove_stale_incomplete(directory: str) -> list[str]:
 def write_text_atomic(path: str, text: str) -> None:
     tmp = incomplete_path(path)
     try:
-        with tf.io.gfile.GFile(tmp, "w") as f:
+        with fileio.open_file(tmp, "w") as f:
             f.write(text)
-        tf.io.gfile.rename(tmp, path, overwrite=True)
+        fileio.rename(tmp, path, overwrite=True)
     except BaseException:
         remove_if_exists(tmp)
         raise
@@ -363,13 +364,13 @@ def write_json_atomic(path: str, obj: Any) -> None:
 
 
 def read_json(path: str) -> Any:
-    with tf.io.gfile.GFile(path) as f:
+    with fileio.open_file(path) as f:
         return json.load(f)
 
 
 def remove_if_exists(path: str) -> None:
-    if tf.io.gfile.exists(path):
-        tf.io.gfile.remove(path)
+    if fileio.exists(path):
+        fileio.remove(path)
 
 
 # ----------------------------------------------------------------------------------------------- #
@@ -412,7 +413,7 @@ class _BoundedShuffler:
         self.memory_bytes, self.num_buckets = memory_bytes, num_buckets
         self.buffer: list[bytes] = []
         self.buffered = 0
-        self.buckets: list[tf.io.TFRecordWriter] | None = None
+        self.buckets: list[fileio.TFRecordWriter] | None = None
 
     def add(self, record: bytes) -> None:
         self.buffer.append(record)
@@ -425,7 +426,7 @@ class _BoundedShuffler:
 
     def _spill(self) -> None:
         if self.buckets is None:
-            self.buckets = [tf.io.TFRecordWriter(self._bucket_path(i)) for i in range(self.num_buckets)]
+            self.buckets = [fileio.TFRecordWriter(self._bucket_path(i)) for i in range(self.num_buckets)]
         for rec in self.buffer:
             self.buckets[self.rng.randrange(self.num_buckets)].write(rec)
         self.buffer, self.buffered = [], 0
@@ -440,10 +441,10 @@ class _BoundedShuffler:
             w.close()
         for i in range(self.num_buckets):
             path = self._bucket_path(i)
-            bucket = [r.numpy() for r in tf.data.TFRecordDataset(path)]
+            bucket = list(fileio.iter_tfrecords(path))
             self.rng.shuffle(bucket)
             yield from bucket
-            tf.io.gfile.remove(path)
+            fileio.remove(path)
 
     def cleanup(self) -> None:
         for i in range(self.num_buckets):
@@ -481,13 +482,13 @@ def write_shard(path: str, samples: Iterable[Mapping[str, Any] | SampleBatch], *
     shuffler = (_BoundedShuffler(shuffle_rng, path, shuffle_memory_bytes)
                 if shuffle_rng is not None else None)
     try:
-        with tf.io.TFRecordWriter(tmp) as writer:
+        with fileio.TFRecordWriter(tmp) as writer:
             for serialized, feature_max in _serialized_chunks(samples):
                 stats.add(len(serialized), feature_max)
-                for record in serialized:
-                    if shuffler is None:
-                        writer.write(record)
-                    else:
+                if shuffler is None:
+                    writer.write_many(serialized)
+                else:
+                    for record in serialized:
                         shuffler.add(record)
             if shuffler is not None:
                 for record in shuffler.records():
@@ -499,9 +500,9 @@ def write_shard(path: str, samples: Iterable[Mapping[str, Any] | SampleBatch], *
         raise
     try:
         result = dict(stats.as_dict(), file=os.path.basename(path), settings_hash=settings_hash,
-                      size=tf.io.gfile.stat(tmp).length)
+                      size=fileio.stat(tmp).length)
         write_json_atomic(stats_path(path), result)
-        tf.io.gfile.rename(tmp, path, overwrite=True)
+        fileio.rename(tmp, path, overwrite=True)
     except BaseException:
         remove_if_exists(tmp)
         raise
@@ -510,12 +511,12 @@ def write_shard(path: str, samples: Iterable[Mapping[str, Any] | SampleBatch], *
 
 def completed_shard_stats(path: str, settings_hash: str) -> dict | None:
     """The stats of a finished shard made with the same settings, else None (redo it)."""
-    if not (tf.io.gfile.exists(path) and tf.io.gfile.exists(stats_path(path))):
+    if not (fileio.exists(path) and fileio.exists(stats_path(path))):
         return None
     stats = read_json(stats_path(path))
     if stats.get("settings_hash") != settings_hash:
         return None
-    if "size" in stats and tf.io.gfile.stat(path).length != int(stats["size"]):
+    if "size" in stats and fileio.stat(path).length != int(stats["size"]):
         return None  # truncated or replaced since it was written
     return stats
 
@@ -591,7 +592,7 @@ def explain_data_loss(error: Exception, paths: Iterable[str]) -> RecordError:
     message = tf_message(error)
     offset = re.search(r"(corrupted|truncated) record at (\d+)", message)
     if offset:  # the damaged file is longer than the offset: read only those
-        paths = [p for p in paths if tf.io.gfile.exists(p) and tf.io.gfile.stat(p).length > int(offset.group(2))]
+        paths = [p for p in paths if fileio.exists(p) and fileio.stat(p).length > int(offset.group(2))]
     bad = find_corrupt_file(paths)
     where = bad if bad else "one of the input files"
     at = f" at byte offset {offset.group(2)}" if offset else ""
@@ -608,8 +609,8 @@ def check_split_files(problem_dir: str, manifest: dict) -> list[str]:
     for shard in manifest.get("shards", []):
         path = os.path.join(problem_dir, shard["file"])
         try:
-            size = tf.io.gfile.stat(path).length
-        except tf.errors.NotFoundError:
+            size = fileio.stat(path).length
+        except FileNotFoundError:
             problems.append(f"{shard['file']} is missing")
             continue
         if "size" in shard and int(shard["size"]) != size:
@@ -621,10 +622,10 @@ def verify_shard(path: str, expected: dict | None = None) -> str | None:
     """Read every record of a shard (CRC checked) and compare with its manifest entry; None when sound,
     else what is wrong."""
     name = os.path.basename(path)
-    if not tf.io.gfile.exists(path):
+    if not fileio.exists(path):
         return f"{name} is missing"
-    if expected and "size" in expected and tf.io.gfile.stat(path).length != int(expected["size"]):
-        return f"{name} has {tf.io.gfile.stat(path).length} bytes, the manifest says {expected['size']}"
+    if expected and "size" in expected and fileio.stat(path).length != int(expected["size"]):
+        return f"{name} has {fileio.stat(path).length} bytes, the manifest says {expected['size']}"
     try:
         count = int(tf.data.TFRecordDataset(path).reduce(np.int64(0), lambda n, _: n + 1))
     except tf.errors.DataLossError as e:

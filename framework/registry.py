@@ -97,12 +97,14 @@ def usr_dir_from_argv(argv: list[str]) -> str | None:
     return None
 
 
-def import_builtins() -> None:
-    """Register the built-in problems and models (their packages import every built-in module)."""
+def import_builtins(models: bool = True) -> None:
+    """Register the built-in problems and, unless `models=False`, models (their packages import every built-in
+    module). Datagen needs no models: without them it runs without importing TensorFlow (framework/lazy_tf.py)."""
     import importlib
 
     importlib.import_module("problems")
-    importlib.import_module("models")
+    if models:
+        importlib.import_module("models")
 
 
 def import_usr_dir(path: str | None) -> None:

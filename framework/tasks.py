@@ -22,7 +22,8 @@ import os
 from typing import ClassVar
 
 import numpy as np
-import tensorflow as tf
+from framework import fileio
+from framework.lazy_tf import tf
 
 from framework import records, text_encoders
 from framework.cli import UserError
@@ -46,7 +47,7 @@ def tokenizer_file(hparams) -> tuple[str, str]:
     if not path:
         raise UserError(f"--{flag} is required with --tokenizer={hparams.tokenizer}: a fine-tune uses the "
                         f"PRETRAINED model's vocabulary (its {'vocab.txt' if wordpiece else 'spiece.model'})")
-    if not tf.io.gfile.exists(path):
+    if not fileio.exists(path):
         raise UserError(f"--{flag}={path} does not exist")
     return flag, path
 
@@ -91,7 +92,7 @@ class FinetuneTask:
     def has_split(self, data_dir: str, split: str) -> bool:
         """Whether `split` was generated (its manifest exists): a task's dev/test splits may be absent."""
         name = self.name  # type: ignore[attr-defined]
-        return tf.io.gfile.exists(os.path.join(self.problem_dir(data_dir),  # type: ignore[attr-defined]
+        return fileio.exists(os.path.join(self.problem_dir(data_dir),  # type: ignore[attr-defined]
                                                records.manifest_filename(name, split)))
 
     def has_labels(self, data_dir: str, split: str) -> bool:

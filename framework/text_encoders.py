@@ -65,7 +65,8 @@ import uuid
 from typing import Callable, Iterable, Iterator, Mapping, Protocol, Sequence, runtime_checkable
 
 import numpy as np
-import tensorflow as tf
+from framework import fileio
+from framework.lazy_tf import tf
 from absl import logging
 
 from framework.cli import UserError
@@ -96,15 +97,15 @@ class Encoder(Protocol):
 def _require_file(path: str, what: str) -> None:
     if not path:
         raise EncoderError(f"no {what} given")
-    if not tf.io.gfile.exists(path):
+    if not fileio.exists(path):
         raise EncoderError(f"{what} {path} does not exist")
-    if tf.io.gfile.isdir(path):
+    if fileio.isdir(path):
         raise EncoderError(f"{what} {path} is a directory, not a file")
 
 
 def _read_bytes(path: str, what: str) -> bytes:
     _require_file(path, what)
-    with tf.io.gfile.GFile(path, "rb") as f:
+    with fileio.open_file(path, "rb") as f:
         return f.read()
 
 
@@ -119,7 +120,7 @@ def _decode_utf8(data: bytes, path: str) -> str:
 def sha256_of_file(path: str) -> str:
     """Hex sha256 of a (possibly gs://) file; the fingerprint recorded in manifests."""
     h = hashlib.sha256()
-    with tf.io.gfile.GFile(path, "rb") as f:
+    with fileio.open_file(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
@@ -128,16 +129,16 @@ def sha256_of_file(path: str) -> str:
 def _atomic_write(path: str, data: bytes) -> None:
     """Write to a unique temporary name next to `path`, then rename over it."""
     parent = os.path.dirname(path)
-    if parent and not tf.io.gfile.exists(parent):
-        tf.io.gfile.makedirs(parent)
+    if parent and not fileio.exists(parent):
+        fileio.makedirs(parent)
     tmp = f"{path}.incomplete-{uuid.uuid4().hex[:8]}"
     try:
-        with tf.io.gfile.GFile(tmp, "wb") as f:
+        with fileio.open_file(tmp, "wb") as f:
             f.write(data)
-        tf.io.gfile.rename(tmp, path, overwrite=True)
+        fileio.rename(tmp, path, overwrite=True)
     finally:
-        if tf.io.gfile.exists(tmp):
-            tf.io.gfile.remove(tmp)
+        if fileio.exists(tmp):
+            fileio.remove(tmp)
 
 
 def _iter_text_lines(inputs: str | Sequence[str] | Iterable[str]) -> Iterator[str]:

@@ -17,7 +17,8 @@ import itertools
 import os
 from typing import Callable, Iterable, Iterator, Sequence
 
-import tensorflow as tf
+from framework import fileio
+from framework.lazy_tf import tf
 from absl import logging
 
 from framework import corpus, text_encoders
@@ -57,7 +58,7 @@ class Text2TextProblem(Problem):
     def prepare(self, data_dir: str, tmp_dir: str) -> None:
         for side in self._vocab_sides():
             path = os.path.join(self.problem_dir(data_dir), self.vocab_filename(side))
-            if tf.io.gfile.exists(path):
+            if fileio.exists(path):
                 continue
             logging.info("building %s (target size %d)", path, self.approx_vocab_size)
             encoder = text_encoders.SubwordTextEncoder.build_from_generator(
@@ -218,13 +219,13 @@ class WordpieceCorpusProblem(Problem):
                                      f"(every line is blank)")
         path = self.vocab_path(data_dir)
         if self.hparams.vocab_file:
-            if not tf.io.gfile.exists(path):
+            if not fileio.exists(path):
                 raise FileNotFoundError(f"--vocab_file={path} does not exist")
             return
-        if tf.io.gfile.exists(path):
+        if fileio.exists(path):
             logging.info("reusing the WordPiece vocab %s", path)
             return
-        tf.io.gfile.makedirs(os.path.dirname(path))
+        fileio.makedirs(os.path.dirname(path))
         lines = (line for p in paths for _, line in corpus.iter_lines(p, self.hparams.on_bad_utf8))
         text_encoders.build_wordpiece_vocab(lines, vocab_size=self.hparams.vocab_size, out_file=path,
                                             do_lower_case=self.hparams.do_lower_case)

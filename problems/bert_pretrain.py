@@ -92,7 +92,7 @@ import random
 from typing import Any, Callable, Iterable, Iterator, NamedTuple, Sequence
 
 import numpy as np
-import tensorflow as tf
+from framework.lazy_tf import tf
 from absl import logging
 
 from framework import corpus, records, word_segmenters

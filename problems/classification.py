@@ -79,7 +79,8 @@ import os
 from typing import ClassVar, Iterator, Sequence
 
 import numpy as np
-import tensorflow as tf
+from framework import fileio
+from framework.lazy_tf import tf
 from absl import logging
 
 from framework import corpus, metrics, records, text_encoders
@@ -403,7 +404,7 @@ class ClassificationProblem(FinetuneTask, Problem):
         """The label list decided by `prepare` (read from the problem folder in worker processes)."""
         if self._labels is None:
             path = self.labels_path(data_dir)
-            if not tf.io.gfile.exists(path):
+            if not fileio.exists(path):
                 raise FileNotFoundError(f"{path} does not exist: run textrain-datagen (prepare) first")
             self._labels = list(records.read_json(path)["labels"])
         return self._labels
@@ -425,7 +426,7 @@ class ClassificationProblem(FinetuneTask, Problem):
         for split, _ in self.dataset_splits():
             self.split_paths(split)
         labels = self.decide_labels()
-        tf.io.gfile.makedirs(self.problem_dir(data_dir))
+        fileio.makedirs(self.problem_dir(data_dir))
         records.write_json_atomic(self.labels_path(data_dir), {"labels": labels, "task_type": self.task_type})
         self._labels = labels
 
@@ -578,7 +579,7 @@ class GlueProblem(ClassificationProblem):
         """Train and dev always; a test file only when the folder has it (people often have only train/dev)."""
         if not split.startswith(DatasetSplit.TEST) or not self.hparams.glue_dir:
             return True
-        return tf.io.gfile.exists(os.path.join(self.hparams.glue_dir, self.files[split].name))
+        return fileio.exists(os.path.join(self.hparams.glue_dir, self.files[split].name))
 
     def split_paths(self, split: str) -> list[str]:
         folder = self.hparams.glue_dir
@@ -586,7 +587,7 @@ class GlueProblem(ClassificationProblem):
             raise UserError(f"--glue_dir is required for {self.name}: the GLUE task folder "
                             f"(e.g. glue_data/{self.name.upper()}) holding {', '.join(f.name for f in self.files.values())}")
         path = os.path.join(folder, self.files[split].name)
-        if not tf.io.gfile.exists(path):
+        if not fileio.exists(path):
             raise UserError(f"{path} does not exist (--glue_dir={folder}): {self.name} reads "
                             f"{', '.join(f.name for f in self.files.values())}")
         return [path]

@@ -52,7 +52,7 @@ import random
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
-import tensorflow as tf
+from framework.lazy_tf import tf
 from absl import logging
 
 from framework import corpus, records, text_encoders, word_segmenters

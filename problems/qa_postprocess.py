@@ -38,7 +38,8 @@ import re
 import string
 from typing import Any, Iterable, Mapping, Sequence
 
-import tensorflow as tf
+from framework import fileio
+from framework.lazy_tf import tf
 
 from framework import text_encoders
 
@@ -390,16 +391,16 @@ def evaluate_examples(examples: Sequence[Mapping[str, Any]], predictions: Mappin
 def write_json_atomic(path: str, obj: Any) -> None:
     """JSON (indent 4, as run_squad.py) through tf.io.gfile, written to a temp name then renamed."""
     tmp = path + ".incomplete"
-    with tf.io.gfile.GFile(tmp, "w") as f:
+    with fileio.open_file(tmp, "w") as f:
         f.write(json.dumps(obj, indent=4) + "\n")
-    tf.io.gfile.rename(tmp, path, overwrite=True)
+    fileio.rename(tmp, path, overwrite=True)
 
 
 def write_prediction_files(output_dir: str, predictions: Mapping[str, str], nbest: Mapping[str, list],
                            null_odds: Mapping[str, float] | None) -> list[str]:
     """predictions.json, nbest_predictions.json and (v2) null_odds.json in `output_dir`."""
     import os
-    tf.io.gfile.makedirs(output_dir)
+    fileio.makedirs(output_dir)
     paths = []
     files = [("predictions.json", predictions), ("nbest_predictions.json", nbest)]
     if null_odds:

@@ -24,7 +24,8 @@ import os
 from typing import Any, Iterator
 
 import numpy as np
-import tensorflow as tf
+from framework import fileio
+from framework.lazy_tf import tf
 
 from framework.flags import help_text
 from framework.problem import DatasetSplit, Problem
@@ -44,11 +45,11 @@ def read_race_split(race_dir: str, split: str, levels: tuple[str, ...] = LEVELS)
     examples = []
     for level in levels:
         folder = os.path.join(race_dir, split, level)
-        if not tf.io.gfile.isdir(folder):
+        if not fileio.isdir(folder):
             continue
-        for name in sorted(tf.io.gfile.listdir(folder)):
+        for name in sorted(fileio.listdir(folder)):
             path = os.path.join(folder, name)
-            with tf.io.gfile.GFile(path) as f:
+            with fileio.open_file(path) as f:
                 try:
                     data = json.load(f)
                 except json.JSONDecodeError as e:
@@ -108,12 +109,12 @@ class Race(FinetuneTask, Problem):
         hp = self.hparams
         splits = [(DatasetSplit.TRAIN, hp.train_shards)]
         for split in (DatasetSplit.EVAL, DatasetSplit.TEST):
-            if any(tf.io.gfile.isdir(os.path.join(hp.race_dir, split, lv)) for lv in LEVELS):
+            if any(fileio.isdir(os.path.join(hp.race_dir, split, lv)) for lv in LEVELS):
                 splits.append((split, 1))
         return splits
 
     def prepare(self, data_dir: str, tmp_dir: str) -> None:
-        if not self.hparams.race_dir or not tf.io.gfile.isdir(self.hparams.race_dir):
+        if not self.hparams.race_dir or not fileio.isdir(self.hparams.race_dir):
             raise FileNotFoundError(f"--race_dir={self.hparams.race_dir!r} is not a folder "
                                     f"(expected train/, dev/, test/ with middle/ and high/)")
         self.encoder()

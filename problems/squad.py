@@ -49,7 +49,8 @@ import os
 from typing import Any, Iterator, Sequence
 
 import numpy as np
-import tensorflow as tf
+from framework import fileio
+from framework.lazy_tf import tf
 from absl import logging
 
 from framework import records, text_encoders
@@ -74,7 +75,7 @@ def read_squad_examples(path: str, with_negative: bool) -> list[dict[str, Any]]:
     """Every question of a SQuAD json as {qas_id, question, context, answers: [{text, answer_start}],
     is_impossible}, in file order."""
     try:
-        with tf.io.gfile.GFile(path) as f:
+        with fileio.open_file(path) as f:
             data = json.load(f)
     except json.JSONDecodeError as e:
         raise SquadFormatError(f"{path}:{e.lineno}: not valid JSON: {e.msg}") from None
@@ -491,7 +492,7 @@ class SquadProblem(FinetuneTask, Problem):
         if not hp.train_file and not hp.predict_file:
             raise ValueError(f"{self.name}: give --train_file and/or --predict_file (SQuAD json files)")
         for flag, path in (("--train_file", hp.train_file), ("--predict_file", hp.predict_file)):
-            if path and not tf.io.gfile.exists(path):
+            if path and not fileio.exists(path):
                 raise FileNotFoundError(f"{flag}={path} does not exist")
         self.encoder()  # fails early on a missing vocab / model
 
@@ -571,7 +572,7 @@ class SquadProblem(FinetuneTask, Problem):
             raise FileNotFoundError(f"the {split} manifest of {self.name} in {data_dir} names no sidecar; "
                                     f"re-run datagen")
         path = os.path.join(self.problem_dir(data_dir), info["file"])
-        with tf.io.gfile.GFile(path) as f:
+        with fileio.open_file(path) as f:
             entries = [json.loads(line) for line in f if line.strip()]
         if len(entries) != info["num_questions"]:
             raise ValueError(f"{path}: {len(entries)} questions, the manifest says {info['num_questions']}; "

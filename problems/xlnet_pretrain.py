@@ -75,7 +75,8 @@ import random
 from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
-import tensorflow as tf
+from framework import fileio
+from framework.lazy_tf import tf
 from absl import logging
 
 from framework import corpus, records, text_encoders
@@ -639,7 +640,7 @@ _CURSOR: dict[tuple, _DocumentCursor] = {}
 def iter_shard_documents(paths: Sequence[str], shard_id: int, num_shards: int,
                          on_bad_utf8: str = "error") -> Iterator[Document]:
     """The documents of one shard (a contiguous range of the corpus), read as they are used."""
-    stamp = tuple((tf.io.gfile.stat(p).length, tf.io.gfile.stat(p).mtime_nsec) for p in paths)
+    stamp = tuple((fileio.stat(p).length, fileio.stat(p).mtime_nsec) for p in paths)
     owner = document_shards(_document_sizes(tuple(paths), on_bad_utf8, stamp), num_shards)
     mine = np.flatnonzero(owner == shard_id)
     if mine.size == 0:
@@ -778,13 +779,13 @@ class XlnetPretrain(Problem):
         """Train a SentencePiece model (XLNet's recipe) unless --sp_model is given or one exists."""
         path = self.sp_model_path(data_dir)
         if self.hparams.sp_model:
-            if not tf.io.gfile.exists(path):
+            if not fileio.exists(path):
                 raise FileNotFoundError(f"--sp_model={path} does not exist")
             return
-        if tf.io.gfile.exists(path):
+        if fileio.exists(path):
             logging.info("reusing SentencePiece model %s", path)
             return
-        tf.io.gfile.makedirs(os.path.dirname(path))
+        fileio.makedirs(os.path.dirname(path))
         logging.info("training a %d-piece SentencePiece model into %s", self.hparams.vocab_size, path)
         text_encoders.train_sentencepiece(
             corpus.expand_paths(self.hparams.input_file), path[:-len(".model")],
@@ -793,7 +794,7 @@ class XlnetPretrain(Problem):
     def encoder(self, data_dir: str) -> text_encoders.SentencePieceEncoder:
         path = self.sp_model_path(data_dir)
         if path not in self._encoders:
-            if not tf.io.gfile.exists(path):
+            if not fileio.exists(path):
                 raise FileNotFoundError(f"SentencePiece model {path} does not exist: pass --sp_model or "
                                         f"run datagen (which trains one) first")
             self._encoders[path] = text_encoders.SentencePieceEncoder(path, uncased=self.hparams.uncased)
@@ -925,9 +926,9 @@ def check_batch_layout(hp: XlnetPretrainHParams, batch_size: int,
 
 def _write_json(path: str, obj: dict) -> None:
     tmp = path + ".incomplete"
-    with tf.io.gfile.GFile(tmp, "w") as f:
+    with fileio.open_file(tmp, "w") as f:
         json.dump(obj, f)
-    tf.io.gfile.rename(tmp, path, overwrite=True)
+    fileio.rename(tmp, path, overwrite=True)
 
 
 # =============================================================================================== #

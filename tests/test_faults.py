@@ -354,6 +354,18 @@ def test_bert_settings_are_validated_before_any_work(tmp_path, flags, named):
     assert verbose.returncode != 0 and "Traceback" in verbose.stderr and "SettingsError" in verbose.stderr
 
 
+def test_a_problems_own_settings_check_is_one_line(tmp_path):
+    """A combination the problem itself refuses (xlnet_pretrain's validate_hparams raises ValueError) stops the
+    CLI with one line naming the flags, before anything is written."""
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("one line.\nanother line.\n")
+    proc = _run(["framework.datagen", "--problem=xlnet_pretrain", f"--data_dir={tmp_path / 'data'}",
+                 f"--input_file={corpus}", "--bsz_per_host=6", "--num_core_per_host=2"], env=_env())
+    assert proc.returncode == 1
+    assert "--bsz_per_host=6 must be a multiple of 2 * --num_core_per_host=2" in _error_line(proc, "textrain-datagen")
+    assert "Traceback" not in proc.stderr and not (tmp_path / "data").exists()
+
+
 def test_declared_ranges_of_every_problem_are_checked_in_one_place():
     """In-process: the declarations on each problem's HParams, through framework.flags.validate_settings
     (which Problem.__init__ calls, so every CLI gets it)."""
