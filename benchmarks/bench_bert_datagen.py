@@ -10,7 +10,7 @@ masked_lm_prob 0.15, short_seq_prob 0.1, dupe_factor 5 (--dupe_factor; the origi
 every pass in memory, so its RSS grows with corpus x dupe_factor: 5 keeps it to a few GB at 20 MB), the same
 WordPiece vocab (30522, learned from the corpus by our `prepare`, not timed).
 
-Both sides run through `same_run.run_measured` as fresh processes (both walls include the TensorFlow import):
+Both sides run through `same_run.run_measured` as fresh processes (both include their imports: the original imports TensorFlow, our datagen on local files does not):
 the original is ../shared/originals/bert/create_pretraining_data.py, unchanged, via `same_run.original_cmd`;
 ours is `textrain-datagen --problem=bert_pretrain` (`python -m`-style, this checkout), 8 train shards. Printed
 per run: wall s, CPU s of the process tree (the per-core measure; a loaded machine distorts it less than
@@ -209,7 +209,7 @@ def main() -> None:
         print(f"{mb:4g} {name:36s} {r['wall']:7.1f} {r['cpu']:7.1f} {tokens / r['cpu']:10,.0f} "
               f"{tokens / r['wall']:10,.0f} {per_core} {per_wall} {r['instances']:9,d} "
               f"{r['rss_mib']:7,.0f} [{r['rss_single_mib']:,.0f}]")
-    print("(wall and CPU include the TensorFlow import of every process; 'x orig/core' = original CPU s / ours "
+    print("(wall and CPU include every process's imports: TensorFlow for the original, not for our datagen on local files; 'x orig/core' = original CPU s / ours "
           "CPU s, the per-core ratio; RSS: peak of the process tree [its largest process])")
     if args.original == "auto":
         big = sizes[-1]

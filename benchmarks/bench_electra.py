@@ -10,7 +10,7 @@ documents). google-research/electra's `build_pretraining_dataset.py` runs unchan
 `same_run.original_cmd`: 1 process, --max-seq-length=128, --do-lower-case, blank lines separate documents) and ours
 runs as a user types it (`python -m framework.datagen --problem=electra_pretrain`, 1 worker, then 2 on the big
 corpus; the same settings; the overflow dropped as the original does), both through `same_run.run_measured`: a
-fresh process each, so both include the TensorFlow import. The WordPiece vocab (30522 requested) is learned once by
+fresh process each, so both include their imports (the original imports TensorFlow; our datagen on local files does not). The WordPiece vocab (30522 requested) is learned once by
 our `prepare` from the small corpus and given to both sides (not timed).
 Printed per run: wall s, CPU s of the process tree, corpus WordPiece tokens (counted once with our encoder) per
 CPU-second and per wall-second, ours / original on the same corpus (per core = CPU-s ratio, wall ratio), peak RSS
@@ -136,7 +136,7 @@ def bench_datagen(args, work: str) -> str:
         print(f"{mb:5g}MB {side:9s} {w:4d} {r['wall']:7.1f} {r['cpu']:6.1f} {tokens[mb] / r['cpu']:10,.0f} "
               f"{tokens[mb] / r['wall']:10,.0f} {per_core} {per_wall} {r['rss_mib']:7.0f} [{r['rss_single_mib']:4.0f}] "
               f"{examples:8d} {100 * (1 - kept / tokens[mb]):6.1f}%")
-    print("(wall and CPU include the TensorFlow import of every process; 'x orig/core' = original CPU-s / ours on "
+    print("(wall and CPU include every process's imports: TensorFlow for the original, not for our datagen on local files; 'x orig/core' = original CPU-s / ours on "
           "the same corpus; RSS: process tree [largest process]; the machine is shared: CPU-s are the stable figure)")
     if len(sizes) == 2:
         small, big = sizes

@@ -320,12 +320,13 @@ def main() -> None:
               f"{x_wall} {r['rss_mib']:7.0f} [{r['rss_single_mib']:5.0f}] {r['records']:8,d} "
               f"{r['load'][0]:4.1f}>{r['load'][1]:4.1f}")
     print("(x orig: ours / the original's rate on the same corpus in this run; CPU s: the whole process tree, "
-          "interpreter and TensorFlow import included on both sides; RSS: the tree [its largest process])")
+          "interpreter and imports included on both sides (the original imports TensorFlow; our datagen on "
+          "local files does not); RSS: the tree [its largest process])")
     ours = {int(name.split(", ")[1].split()[0]): r for name, _, _, r in rows
             if name.startswith("textrain") and "MB" not in name}
     if 1 in ours and 2 in ours:
         print(f"2 workers vs 1: wall {ours[1]['wall'] / ours[2]['wall']:.2f}x faster, CPU {ours[2]['cpu']:.1f} vs "
-              f"{ours[1]['cpu']:.1f} s (the fork server imports TensorFlow once more); wall speed-up needs idle "
+              f"{ours[1]['cpu']:.1f} s (a fork server and a corpus scan per worker); wall speed-up needs idle "
               f"cores: load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores now")
     if args.small_mb and 1 in ours:
         print(f"peak RSS, 1 worker: {rows[-1][3]['rss_mib']:.0f} MiB on {rows[-1][1]:.1f} MB vs "

@@ -2,7 +2,7 @@
 original's script unchanged, and build a plain-text corpus of a given size from ../shared/corpora/en.
 
 A ratio counts only when both sides ran in the same benchmark run on the same machine (issue #12), so
-both sides go through `run_measured`: a fresh process each (both walls include the TensorFlow import),
+both sides go through `run_measured`: a fresh process each (both include their imports),
 CPU seconds of the whole process tree (reaped descendants included; the per-core measure, less distorted
 than wall time on a shared machine) and peak RSS of the tree, sampled every 20 ms from /proc.
 
