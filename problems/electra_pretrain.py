@@ -288,11 +288,13 @@ def read_text_documents(paths: Sequence[str], blanks_separate_docs: bool, on_bad
 
 
 def document_texts(paths: Sequence[str], blanks_separate_docs: bool, on_bad_utf8: str = "error",
-                   keep: Callable[[int], bool] | None = None) -> Iterator[str]:
+                   keep: Callable[[int], bool] | None = None,
+                   spans: corpus.DocumentSpans | None = None) -> Iterator[str]:
     """The documents of `read_text_documents` as raw texts, only those whose index has keep(index) (all
-    without `keep`): a shard copies out and splits into lines only its own."""
+    without `keep`): a shard copies out and splits into lines only its own. `spans`: see
+    corpus.iter_document_texts (the shards of one process scan the corpus once)."""
     if blanks_separate_docs:
-        yield from corpus.iter_document_texts(list(paths), on_bad_utf8, keep)
+        yield from corpus.iter_document_texts(list(paths), on_bad_utf8, keep, spans=spans)
         return
     index = -1
     for path in paths:
@@ -377,6 +379,13 @@ class ElectraPretrain(WordpieceCorpusProblem):
     def documents(self, paths: list[str]) -> Iterator[list[str]]:
         return read_text_documents(paths, self.hparams.blanks_separate_docs, self.hparams.on_bad_utf8)
 
+    def _document_spans(self) -> corpus.DocumentSpans:
+        """Where the corpus's documents lie, shared by the shards this process generates (the first shard's
+        scan records them; the others read only their own documents, see corpus.DocumentSpans)."""
+        if getattr(self, "_spans", None) is None:
+            self._spans = corpus.DocumentSpans()
+        return self._spans
+
     def encoder_kwargs(self) -> dict:
         return {"strip_accents": self.hparams.strip_accents} if _encoder_has_strip_accents() else {}
 
@@ -423,7 +432,7 @@ class ElectraPretrain(WordpieceCorpusProblem):
                                  as_segments=True)
         keep = document_selector(split, shard_id, num_shards, hp.dev_fraction)
         mine = map(corpus.document_lines, document_texts(self.input_paths(), hp.blanks_separate_docs,
-                                                         hp.on_bad_utf8, keep))
+                                                         hp.on_bad_utf8, keep, self._document_spans()))
         if hp.do_whole_word_mask:
             encode = self.word_continuations(encoder)
             yield from map(with_word_start, build_batches((encode(doc) for doc in mine), builder))
