@@ -321,6 +321,10 @@ def _hf_bert_pipeline(tokenizer, do_lower_case: bool) -> None:
 _ASCII_TABLE = {**{c: None for c in (*range(0, 9), 11, 12, *range(14, 32), 127)},
                 **{c: f" {chr(c)} " for c in (*range(33, 48), *range(58, 65), *range(91, 97),
                                                *range(123, 127))}}
+# A printable ASCII chunk (no control character, and no space: chunks are cut at spaces) is BERT's words
+# by one findall: runs of letters and digits, and every other character (punctuation) alone. Measured
+# faster than the translate + split above, which stays for chunks with control or whitespace characters.
+_ASCII_PRINTABLE_WORDS = re.compile(r"[A-Za-z0-9]+|[^A-Za-z0-9]")
 _WORD_CACHE_LIMIT = 1 << 20    # SubwordTextEncoder's token cache
 _PIECE_CACHE_LIMIT = 1 << 17   # WordPiece: basic-tokenised word -> piece ids (fills chunk-cache misses)
 _CHUNK_CACHE_LIMIT = 1 << 18   # WordPiece: raw space-separated chunk -> ids (bounded: memory must not
@@ -494,6 +498,11 @@ class WordpieceEncoder:
         self._unsafe_chars: set[str] = set()
         self._ascii_safe = self._audit(map(chr, range(128))) == 0
         self._word_cache: dict[str, tuple[int, ...]] = {}
+        # For _wordpiece_ids: "##" pieces by their text without the prefix, and each table's longest
+        # entry (no longer piece can match, so the greedy search starts there).
+        self._continuations = {t[2:]: i for t, i in self.vocab.items() if t.startswith("##") and len(t) > 2}
+        self._longest_piece = max(map(len, self.vocab))
+        self._longest_continuation = max(map(len, self._continuations), default=0)
         self._chunks = _ChunkCache(self._chunk_ids, _CHUNK_CACHE_LIMIT)
         self._fingerprint: str | None = None
         self.fallback_texts = 0  # texts that needed the reference (for benchmarks and logs)
@@ -526,10 +535,33 @@ class WordpieceEncoder:
         return not (unknown & self._unsafe_chars) and self._audit(unknown) == 0
 
     # ---- the chunk cache (backend "regex") -------------------------------------------------------
+    def _wordpiece_ids(self, word: str) -> tuple[int, ...]:
+        """`[vocab[p] for p in wordpiece_split(word, vocab)]` (greedy longest match first, [UNK] for a word
+        too long or not coverable), faster: "##" pieces are looked up in a table keyed without the prefix
+        (no string concatenation per try), and each search starts at the longest piece the table has."""
+        n = len(word)
+        if n > MAX_INPUT_CHARS_PER_WORD:
+            return (self.vocab["[UNK]"],)
+        table, longest = self.vocab, self._longest_piece
+        ids = []
+        start = 0
+        while start < n:
+            end = min(n, start + longest)
+            while end > start:
+                i = table.get(word[start:end])
+                if i is not None:
+                    break
+                end -= 1
+            else:
+                return (self.vocab["[UNK]"],)
+            ids.append(i)
+            start = end
+            table, longest = self._continuations, self._longest_continuation
+        return tuple(ids)
+
     def _new_word_ids(self, word: str) -> tuple[int, ...]:
         """A basic-tokenised word's piece ids (a word-cache miss), stored in the bounded word cache."""
-        vocab = self.vocab
-        ids = tuple([vocab[p] for p in wordpiece_split(word, vocab)])
+        ids = self._wordpiece_ids(word)
         if len(self._word_cache) >= _PIECE_CACHE_LIMIT:
             self._word_cache.clear()
         self._word_cache[word] = ids
@@ -540,9 +572,12 @@ class WordpieceEncoder:
         if chunk.isascii():
             if self.do_lower_case:
                 chunk = chunk.lower()
-            # Letters and digits only: one word as it is (the common miss); else delete controls and
-            # space out punctuation in one translate.
-            words = (chunk,) if chunk.isalnum() else chunk.translate(_ASCII_TABLE).split()
+            if chunk.isalnum():  # letters and digits only: one word as it is (the common miss)
+                ids = self._word_cache.get(chunk)
+                return self._new_word_ids(chunk) if ids is None else ids
+            # Printable: one findall; else delete controls and space out punctuation in one translate.
+            words = (_ASCII_PRINTABLE_WORDS.findall(chunk) if chunk.isprintable()
+                     else chunk.translate(_ASCII_TABLE).split())
         else:
             words = bert_words_fast(chunk, self.do_lower_case)
         get = self._word_cache.get
