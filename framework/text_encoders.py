@@ -365,19 +365,28 @@ class _ChunkCache(dict):
     Bounded: when `limit` entries are reached the cache is emptied and refills with the current text's
     chunks (simple, and on a Zipf-distributed corpus the frequent chunks are back within a few lines).
     The ids never depend on the cache's state. `__missing__` makes hits pure C (`map(cache.__getitem__,
-    ...)`)."""
+    ...)`).
+
+    The chunk "\n" is reserved: it gives `_TEXT_END` and marks where one text ends and the next begins
+    when `encode_flat` splits many texts at once. No text's own chunk is ever "\n": every caller replaces
+    a text's newlines by spaces first (both are BERT whitespace, so that changes no id)."""
+
+    BASE = {"": (), "\n": (-1,)}
 
     def __init__(self, compute: Callable[[str], tuple[int, ...]], limit: int) -> None:
-        super().__init__({"": ()})
+        super().__init__(self.BASE)
         self.compute, self.limit = compute, limit
 
     def __missing__(self, chunk: str) -> tuple[int, ...]:
         ids = self.compute(chunk)
         if len(self) >= self.limit:
             self.clear()
-            self[""] = ()
+            self.update(self.BASE)
         self[chunk] = ids
         return ids
+
+
+_TEXT_END = _ChunkCache.BASE["\n"][0]  # the id-stream marker between two texts in encode_flat (no real id)
 
 
 def _char_classes(**predicates: Callable[[int, str], bool]) -> dict[str, str]:
@@ -589,7 +598,10 @@ class WordpieceEncoder:
 
     def _encode_regex(self, text: str) -> list[int]:
         # One C-level split at " " (a BERT separator), then one dict look-up per chunk; see
-        # _ChunkCache for why the ids of a text are the concatenation of its chunks' ids.
+        # _ChunkCache for why the ids of a text are the concatenation of its chunks' ids (and why "\n"
+        # becomes " ").
+        if "\n" in text:
+            text = text.replace("\n", " ")
         return list(itertools.chain.from_iterable(map(self._chunks.__getitem__, text.split(" "))))
 
     # ---- Encoder protocol ----------------------------------------------------------------------
@@ -618,20 +630,24 @@ class WordpieceEncoder:
         """`encode_batch` packed: every text's ids in one int32 array, and each text's number of ids
         (int64 [len(texts)]). No list per text: what a datagen that keeps ids in arrays wants.
 
-        backend "regex": the texts are joined with " " and split once; joining adds a chunk boundary
-        between two texts and merges none, so text k owns the next `texts[k].count(" ") + 1` chunks."""
+        backend "regex": the texts are joined with " \\n " and split at " " once; the chunk "\\n" gives
+        the marker `_TEXT_END` (see _ChunkCache), so the ids of all texts come out of one C-level chain
+        with a marker between two texts, and numpy finds the markers (each text's length) and drops them.
+        Joining adds a chunk boundary between two texts and merges none."""
         texts = [t.decode("utf-8", "ignore") if isinstance(t, bytes) else t for t in texts]
         if self.backend != "regex" or not texts:
             per_text = self.encode_batch(texts)
             lengths = np.fromiter(map(len, per_text), np.int64, len(per_text))
             return (np.fromiter(itertools.chain.from_iterable(per_text), np.int32, int(lengths.sum())),
                     lengths)
-        pieces = list(map(self._chunks.__getitem__, " ".join(texts).split(" ")))
-        sizes = np.fromiter(map(len, pieces), np.int64, len(pieces))
-        ids = np.fromiter(itertools.chain.from_iterable(pieces), np.int32, int(sizes.sum()))
-        chunk_ends = np.cumsum(np.fromiter([t.count(" ") + 1 for t in texts], np.int64, len(texts)))
-        ids_before = np.concatenate([[0], np.cumsum(sizes)])  # ids_before[c]: ids of chunks 0 .. c-1
-        return ids, np.diff(ids_before[chunk_ends], prepend=0)
+        joined = " \n ".join(texts)
+        if joined.count("\n") != len(texts) - 1:  # a text holds newlines of its own: spaces to BERT
+            joined = " \n ".join([t.replace("\n", " ") for t in texts])
+        ids = np.fromiter(itertools.chain.from_iterable(map(self._chunks.__getitem__, joined.split(" "))),
+                          np.int32)
+        ends = np.flatnonzero(ids == _TEXT_END)
+        lengths = np.diff(ends, prepend=-1, append=len(ids)) - 1
+        return (np.delete(ids, ends) if len(ends) else ids), lengths.astype(np.int64)
 
     def encode(self, text: str) -> list[int]:
         if isinstance(text, bytes):

@@ -126,6 +126,33 @@ def test_split_segments_rules():
     assert first == ([1] * 40 + [2] * 40 + [3] * 60)[:126] and second == []
 
 
+def test_spans_path_makes_the_list_path_s_examples():
+    """add_document_spans + range_columns (the datagen's path: sentences as ranges of one id array) give
+    the examples of add_document + segment_columns, with the rng consumed alike: random documents (empty
+    sentences, sentences longer than an example, one-sentence documents), several lengths and seeds."""
+    rng = random.Random(3)
+    for trial in range(40):
+        max_length = rng.choice([5, 9, 32, 128])
+        docs = [[[rng.randrange(5, 999) for _ in range(rng.choice([0, 1, 3, 8, 20, 60, 300]))]
+                 for _ in range(rng.randint(1, 12))] for _ in range(rng.randint(1, 8))]
+        lists = ep.ExampleBuilder(max_length, CLS, SEP, random.Random(trial), as_segments=True)
+        spans = ep.ExampleBuilder(max_length, CLS, SEP, random.Random(trial), as_segments=True)
+        pairs = [p for doc in docs for p in lists.add_document(doc)]
+        ids = np.array([t for doc in docs for s in doc for t in s], np.int32)
+        examples, start = [], 0
+        for doc in docs:
+            examples += spans.add_document_spans(start, [len(s) for s in doc])
+            start += sum(len(s) for s in doc)
+        assert len(examples) == len(pairs)
+        expected = ep.segment_columns(pairs, max_length, CLS, SEP)
+        got = ep.range_columns(ids, examples, max_length, CLS, SEP)
+        for name in expected:
+            np.testing.assert_array_equal(got[name], expected[name])
+        assert spans.stats == lists.stats and lists.rng.random() == spans.rng.random()
+    with pytest.raises(ValueError, match="carry"):
+        ep.ExampleBuilder(L, CLS, SEP, random.Random(0), carry_overflow=True).add_document_spans(0, [3])
+
+
 def test_determinism_by_seed():
     docs = word_documents()
     a, _ = build(docs, seed=5)

@@ -222,6 +222,9 @@ def test_encode_flat_packs_encode_batch(wp_vocab, backend):
     joined at spaces, empty texts, texts of spaces only, leading/trailing spaces)."""
     enc = te.WordpieceEncoder(wp_vocab, backend=backend)
     texts = _emma_lines(200) + ADVERSARIAL + MULTILINGUAL + ["", " ", "  a  ", "b"]
+    # Newlines inside texts (the chunk "\n" marks text ends inside encode_flat): the reference's ids.
+    texts += ["a \n b", "\n", " \n ", "x\ny", "Emma\n\nsaid \n", "\n\n"]
+    assert [enc.encode(t) for t in texts[-6:]] == [enc.reference.encode(t) for t in texts[-6:]]
     per_text = enc.encode_batch(texts)
     ids, lengths = enc.encode_flat(texts)
     assert ids.dtype == np.int32 and lengths.dtype == np.int64
