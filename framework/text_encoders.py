@@ -643,6 +643,18 @@ class WordpieceEncoder:
         joined = " \n ".join(texts)
         if joined.count("\n") != len(texts) - 1:  # a text holds newlines of its own: spaces to BERT
             joined = " \n ".join([t.replace("\n", " ") for t in texts])
+        return self._flat_of_marked(joined)
+
+    def encode_lines_flat(self, text: str) -> tuple[np.ndarray, np.ndarray]:
+        """`encode_flat(text.split("\\n"))` without making the lines (each line as it is: not stripped)."""
+        if isinstance(text, bytes):
+            text = text.decode("utf-8", "ignore")
+        if self.backend != "regex":
+            return self.encode_flat(text.split("\n"))
+        return self._flat_of_marked(text.replace("\n", " \n "))
+
+    def _flat_of_marked(self, joined: str) -> tuple[np.ndarray, np.ndarray]:
+        """Ids and per-text lengths of texts joined by " \\n " (the text-end chunk, see _ChunkCache)."""
         ids = np.fromiter(itertools.chain.from_iterable(map(self._chunks.__getitem__, joined.split(" "))),
                           np.int32)
         ends = np.flatnonzero(ids == _TEXT_END)

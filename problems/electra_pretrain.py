@@ -365,32 +365,39 @@ def range_columns(ids: np.ndarray, examples: Sequence[tuple[list[int], int, list
     return {"input_ids": input_ids, "input_mask": real.astype(np.int64), "segment_ids": second.astype(np.int64)}
 
 
-def build_batches_flat(documents: Iterable[Sequence[str]], encoder: Any, builder: ExampleBuilder,
-                       group_lines: int = 2048) -> Iterator[records.SampleBatch]:
-    """What `build_batches` makes of `encode_lines` of each document, from the encoder's `encode_flat`
-    (ids of many lines in one array and each line's count) and the builder's spans: documents are encoded
-    ~`group_lines` lines at a time (one call, one split, no list per line), the builder chooses ranges of
-    that array and `range_columns` gathers the rows. The same examples in the same order (a batch holds
-    the examples of one group; a record's bytes do not depend on its batch)."""
-    group: list[Sequence[str]] = []
+def build_batches_flat(texts: Iterable[str], encoder: Any, builder: ExampleBuilder, group_lines: int = 2048
+                       ) -> Iterator[records.SampleBatch]:
+    """What `build_batches` makes of `encode_lines` of each document's lines (`corpus.document_lines` of its
+    raw text), from ids kept in arrays: the raw texts of ~`group_lines` lines are encoded at once by the
+    encoder's `encode_lines_flat` (one split, no string or list per line: ids of every line in one array
+    and each line's count), the builder chooses ranges of that array (`add_document_spans`) and
+    `range_columns` gathers the rows. The same examples in the same order (a batch holds the examples of
+    one group; a record's bytes do not depend on its batch).
+
+    Why raw lines give document_lines' ids: a blank line has no ids (the builder skips empty sentences
+    either way), and every character str.strip removes at a line's ends is one BERT deletes as a control
+    character or separates words at (its own `str.split()`; U+2028/U+2029 included), so at a line's ends
+    it changes no id (tests/test_electra_pretrain.py compares both paths on such lines)."""
+    group: list[str] = []
     lines = 0
-    for document in itertools.chain(documents, [None]):
-        if document is not None:
-            group.append(document)
-            lines += len(document)
+    for text in itertools.chain(texts, [None]):
+        if text is not None:
+            group.append(text)
+            lines += text.count("\n") + 1
             if lines < group_lines:
                 continue
         if not group:
             break
-        ids, lengths = encoder.encode_flat([line for doc in group for line in doc])
+        line_counts = [t.count("\n") + 1 for t in group]
+        ids, lengths = encoder.encode_lines_flat("\n".join(group))
         lengths = lengths.tolist()
         examples: list = []
         start = line = 0
-        for doc in group:
-            doc_lengths = lengths[line:line + len(doc)]
+        for count in line_counts:
+            doc_lengths = lengths[line:line + count]
             examples += builder.add_document_spans(start, doc_lengths)
             start += sum(doc_lengths)
-            line += len(doc)
+            line += count
         if examples:
             yield records.SampleBatch(range_columns(ids, examples, builder.max_length, builder.cls_id,
                                                     builder.sep_id))
@@ -572,15 +579,22 @@ class ElectraPretrain(WordpieceCorpusProblem):
                                  shard_rng(seed, split, shard_id), carry_overflow=hp.carry_overflow,
                                  as_segments=True)
         keep = document_selector(split, shard_id, num_shards, hp.dev_fraction)
-        mine = map(corpus.document_lines, document_texts(self.input_paths(), hp.blanks_separate_docs,
-                                                         hp.on_bad_utf8, keep, self._document_spans()))
+        texts = document_texts(self.input_paths(), hp.blanks_separate_docs, hp.on_bad_utf8, keep,
+                               self._document_spans())
+        if not hp.do_whole_word_mask and not hp.carry_overflow and hasattr(encoder, "encode_lines_flat"):
+            # The same examples from ids kept in arrays (build_batches_flat).
+            yield from build_batches_flat(texts, encoder, builder)
+            self._log_stats(builder, split, shard_id, num_shards)
+            return
+        mine = map(corpus.document_lines, texts)
         if hp.do_whole_word_mask:
             encode = self.word_continuations(encoder)
             yield from map(with_word_start, build_batches((encode(doc) for doc in mine), builder))
-        elif hp.carry_overflow or not hasattr(encoder, "encode_flat"):
+        else:
             yield from build_batches((encode_lines(encoder, doc) for doc in mine), builder)
-        else:  # the same examples from ids kept in arrays (build_batches_flat)
-            yield from build_batches_flat(mine, encoder, builder)
+        self._log_stats(builder, split, shard_id, num_shards)
+
+    def _log_stats(self, builder: ExampleBuilder, split: str, shard_id: int, num_shards: int) -> None:
         stats = builder.stats
         logging.info("%s-%s shard %d/%d: %d examples from %d tokens, %.1f%% of them dropped, %.1f%% single-segment",
                      self.name, split, shard_id, num_shards, stats.examples, stats.tokens_in,

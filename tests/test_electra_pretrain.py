@@ -231,6 +231,35 @@ def emma_vocab(tmp_path_factory) -> str:
     return str(root / "electra_pretrain" / "vocab.txt")
 
 
+def test_raw_text_path_makes_the_line_path_s_batches(emma_vocab):
+    """build_batches_flat (raw document texts, ids in arrays) == build_batches of encode_lines of
+    document_lines (stripped lines): texts whose lines start or end with characters str.strip removes
+    (tab, form feed, \\x1c, \\x85, no-break and ideographic spaces, U+2028 / U+2029), blank lines, tiny
+    groups and one big group."""
+    from framework import corpus, text_encoders
+
+    encoder = text_encoders.WordpieceEncoder(emma_vocab)
+    rng = random.Random(7)
+    odd = ["\t", "\x0c", "\x1c", "\x85", "\xa0", "\u3000", "\u2028", "\u2029", " ", ""]
+    words = ["Emma", "said,", "Mr.", "Knightley", "(who", "was", "there)", "\u00e9t\u00e9", "--", "well"]
+    texts = []
+    for _ in range(60):
+        lines = [rng.choice(odd) + " ".join(rng.choice(words) for _ in range(rng.randint(0, 30))) + rng.choice(odd)
+                 for _ in range(rng.randint(1, 6))]
+        texts.append("\n".join(lines) + rng.choice(["", "\n"]))
+    for group_lines in (1, 7, 10_000):
+        for docs in (texts, [t + "\n\n\n" for t in texts]):
+            flat = ep.build_batches_flat(docs, encoder, ep.ExampleBuilder(16, CLS, SEP, random.Random(1),
+                                                                           as_segments=True), group_lines)
+            lists = ep.build_batches((ep.encode_lines(encoder, corpus.document_lines(t)) for t in docs),
+                                     ep.ExampleBuilder(16, CLS, SEP, random.Random(1), as_segments=True))
+            got = [batch.columns for batch in flat]
+            expected = [batch.columns for batch in lists]
+            for name in ("input_ids", "input_mask", "segment_ids"):
+                np.testing.assert_array_equal(np.concatenate([c[name] for c in got]),
+                                              np.concatenate([c[name] for c in expected]))
+
+
 def test_same_seed_same_bytes_whatever_the_workers(tmp_path, emma_vocab):
     one, two = tmp_path / "one", tmp_path / "two"
     make_problem(vocab_file=emma_vocab).generate_data(str(one), str(tmp_path / "t1"), num_workers=1, seed=7)
