@@ -31,6 +31,7 @@ import re
 import zlib
 from typing import Callable, Iterable, Iterator, Sequence
 
+import numpy as np
 from framework import fileio
 from framework.lazy_tf import tf
 from absl import logging
@@ -197,10 +198,27 @@ def _is_blank(text: str) -> bool:
     return not text or text.isspace()
 
 
+def _whitespace_chars() -> list[str]:
+    """Every character str.isspace() accepts, in code point order. Found by str.split() (which splits at
+    exactly those) of one string of every code point but the surrogates: the characters missing between
+    its pieces. ~2x faster than testing each code point in Python (this runs at every import)."""
+    every = (np.arange(0xD800, dtype="<u4").tobytes() + np.arange(0xE000, 0x110000, dtype="<u4").tobytes()
+             ).decode("utf-32-le")
+    out: list[str] = []
+    end = 0
+    for piece in every.split():
+        cp = ord(piece[0])
+        start = cp if cp < 0xD800 else cp - 0x800  # its index in `every` (no surrogates there)
+        out.extend(every[end:start])
+        end = start + len(piece)
+    out.extend(every[end:])
+    return out
+
+
 def _utf8_whitespace() -> bytes:
     """A bytes regex of one whitespace character but the newline (str.isspace), in UTF-8; the multi-byte
     ones as a trie (first byte, then the rest), so a non-space byte fails after one test."""
-    chars = [chr(c) for c in range(0x110000) if c != 10 and not 0xD800 <= c < 0xE000 and chr(c).isspace()]
+    chars = [c for c in _whitespace_chars() if c != "\n"]
     single = b"".join(re.escape(c.encode()) for c in chars if ord(c) < 128)
     by_lead: dict[int, list[bytes]] = {}
     for c in chars:
