@@ -19,6 +19,8 @@ Decisions:
   that keeps their document (a shard fails on its own documents only). "skip", which can empty a document
   and so shift the indices after it, decodes every block first. As tf.io.gfile's readline does, carriage
   returns of uncompressed files are dropped wherever they are. Memory: one block plus the current document.
+  A caller that scans the same files again (the shards one datagen process runs one after another) passes a
+  `DocumentSpans`: the first scan records each document's byte range, later calls read only the kept ones.
 """
 from __future__ import annotations
 
