@@ -47,13 +47,26 @@ def _process_start(pid: int) -> str | None:
         return None
 
 
-def _alive(pid: int, start: str | None) -> bool:
+def process_running(pid: int) -> bool:
+    """Whether `pid` is a live process of this machine. A zombie is not: a killed writer whose parent died is
+    reparented to pid 1, and in a container without an init that reaps, it stays a zombie that `kill(pid, 0)`
+    still finds."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         pass
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return True  # no /proc (not Linux): kill() found it
+
+
+def _alive(pid: int, start: str | None) -> bool:
+    if not process_running(pid):
+        return False
     now = _process_start(pid)
     return start is None or now is None or now == start
 

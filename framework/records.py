@@ -31,7 +31,8 @@ import time
 from typing import Any, Iterable, Iterator, Mapping
 
 import numpy as np
-from framework import fileio
+
+from framework import fileio, locks
 from framework.lazy_tf import tf
 
 from framework.cli import UserError
@@ -324,16 +325,6 @@ def incomplete_path(path: str, part: str = "") -> str:
     return f"{path}{'.' + part if part else ''}.{_HOST}-{os.getpid()}.incomplete"
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def remove_stale_incomplete(directory: str) -> list[str]:
     """Remove the `.incomplete` files in `directory` whose writer is gone (this host, pid not alive;
     untagged ones from older versions too). Files of live writers and of other hosts are left alone.
@@ -341,7 +332,7 @@ def remove_stale_incomplete(directory: str) -> list[str]:
     removed = []
     for path in fileio.glob(os.path.join(directory, "*.incomplete")):
         m = _TAGGED.search(path)
-        if m and (m.group(1) != _HOST or _pid_alive(int(m.group(2)))):
+        if m and (m.group(1) != _HOST or locks.process_running(int(m.group(2)))):
             continue
         remove_if_exists(path)
         removed.append(path)

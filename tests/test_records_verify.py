@@ -79,6 +79,27 @@ def test_temporary_names_are_per_writer_and_only_dead_writers_files_are_removed(
     assert os.path.exists(files["live"]) and os.path.exists(files["other_host"])
 
 
+def test_a_killed_writer_left_as_a_zombie_counts_as_dead(tmp_path):
+    """A writer killed with its parent is reparented to pid 1; where nothing reaps it (a container without an
+    init) it stays a zombie, which kill(pid, 0) still finds. Its temporary file must be removed all the same."""
+    zombie = subprocess.Popen(["true"])  # exits at once and stays a zombie until waited for
+    try:
+        for _ in range(200):
+            with open(f"/proc/{zombie.pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    break
+            time.sleep(0.01)
+        else:
+            pytest.fail("the child did not become a zombie")
+        assert not locks.process_running(zombie.pid)
+        assert locks.process_running(os.getpid())
+        path = str(tmp_path / f"e.tfrecord.{records._HOST}-{zombie.pid}.incomplete")
+        open(path, "w").close()
+        assert records.remove_stale_incomplete(str(tmp_path)) == [path]
+    finally:
+        zombie.wait()
+
+
 def test_lock_is_exclusive_reentrant_and_stale_when_the_holder_is_gone(tmp_path):
     lock = locks.acquire_dir_lock(str(tmp_path), "test")
     assert locks.acquire_dir_lock(str(tmp_path), "test").owner is False  # this process holds it already
