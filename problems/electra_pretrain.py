@@ -36,18 +36,24 @@ Decisions that differ from the original, on purpose:
   strips when lower-casing, as BERT does); that combination is refused up front rather than silently ignored.
 - The manifest records the vocab's real size, its sha256, and the ids of [PAD] [CLS] [SEP] [MASK]: the model masks
   in the graph and reads them from there (a vocab built here has them at 0-4, Google's at 0/101/102/103).
-- Speed (issue #12; profiles and figures in benchmarks/README.md): every shard scans the whole corpus for its
-  round-robin documents, so the scan is C-speed (framework.corpus's block reader: other shards' documents are
-  counted, never copied or split into lines); WordPiece runs per document through the encoder's batch path; the
-  builder moves lists of ids and hands (A, B) segments to `segment_columns`, which makes the three [N, L] int64
-  features with numpy; records.SampleBatch serializes them column-wise (no tf.train.Example, no per-value Python).
-  What is left is mostly WordPiece (~2/3 of the CPU on English prose and docs) and the TensorFlow import.
+- Speed (issue #12; profiles and figures in benchmarks/README.md): every shard takes its round-robin documents
+  from the corpus; the first shard a process runs scans the corpus at C speed (framework.corpus's block reader:
+  other shards' documents are counted, never copied or split into lines) and records where every document lies
+  (corpus.DocumentSpans), so the process's later shards read only their own documents. By default (no
+  carry_overflow, no whole-word masking) the ids stay in arrays: the raw texts of ~2048 lines at a time are
+  encoded by one `WordpieceEncoder.encode_lines_flat` call (ids of all lines in one array and each line's
+  count), the builder chooses ranges of that array (`add_document_spans`, `segment_ranges`) and
+  `range_columns` gathers the three [N, L] int64 features with numpy; records.SampleBatch serializes them
+  column-wise (no tf.train.Example, no per-value Python). carry_overflow and whole-word masking take the list
+  path (`encode_lines`, `add_document`, `segment_columns`); both paths make the same examples (tests). What is
+  left is mostly WordPiece (~2/3 of the CPU on English prose: per-chunk cache look-ups and the misses).
   The bytes are those of the per-example path (tests/test_electra_golden.py pins them to the branch point's).
 """
 from __future__ import annotations
 
 import dataclasses
 import inspect
+import itertools
 import random
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
@@ -99,25 +105,67 @@ def make_features(first: Sequence[int], second: Sequence[int], max_length: int, 
             "segment_ids": segment_ids + [0] * pad}
 
 
-def split_segments(sentences: Sequence[Sequence[int]], target_length: int, max_length: int,
-                   rng: random.Random) -> tuple[list[int], list[int]]:
-    """The original's choice of segments A and B from the accumulated sentences, cut to fit `max_length`."""
+def choose_segments(lengths: Sequence[int], target_length: int, rng: random.Random) -> tuple[list[int], list[int]]:
+    """The original's choice of segments from the accumulated sentences' token counts: the indices of the
+    sentences of A and of B (the one statement of the rule; `split_segments` and `segment_ranges` cut them)."""
     if rng.random() < SINGLE_SEGMENT_PROB:
         aim = _NO_SECOND_SEGMENT
     else:
         aim = (target_length - 3) // 2  # 3 = [CLS] and two [SEP] not yet in the text
     first: list[int] = []
     second: list[int] = []
-    for sentence in sentences:
+    first_len = second_len = 0  # the original tests its token lists; empty list <=> no token
+    for i, n in enumerate(lengths):
         # Same order of tests as the original, so the rng is consumed under the same conditions.
-        if (not first or len(first) + len(sentence) < aim
-                or (not second and len(first) < aim and rng.random() < OVER_AIM_JOIN_PROB)):
-            first.extend(sentence)
+        if (not first_len or first_len + n < aim
+                or (not second_len and first_len < aim and rng.random() < OVER_AIM_JOIN_PROB)):
+            first.append(i)
+            first_len += n
         else:
-            second.extend(sentence)
-    first = first[:max_length - 2]
-    second = second[:max(0, max_length - len(first) - 3)]
+            second.append(i)
+            second_len += n
     return first, second
+
+
+def split_segments(sentences: Sequence[Sequence[int]], target_length: int, max_length: int,
+                   rng: random.Random) -> tuple[list[int], list[int]]:
+    """The original's segments A and B from the accumulated sentences (`choose_segments`), cut to fit
+    `max_length`: A to max_length - 2 tokens, B to what is left after [CLS] A [SEP] and its own [SEP]."""
+    a, b = choose_segments([len(s) for s in sentences], target_length, rng)
+    first = list(itertools.islice(itertools.chain.from_iterable(sentences[i] for i in a), max_length - 2))
+    second = list(itertools.islice(itertools.chain.from_iterable(sentences[i] for i in b),
+                                   max(0, max_length - len(first) - 3)))
+    return first, second
+
+
+def _cut_ranges(starts: Sequence[int], lengths: Sequence[int], chosen: list[int], cap: int
+                ) -> tuple[list[int], int]:
+    """The chosen sentences (start, length in one id array) as ranges [s0, e0, s1, e1, ...] holding their
+    first `cap` tokens (adjacent sentences make one range), and that token count."""
+    out: list[int] = []
+    n = 0
+    for i in chosen:
+        if n >= cap:
+            break
+        start = starts[i]
+        take = min(lengths[i], cap - n)
+        if out and out[-1] == start:
+            out[-1] = start + take
+        else:
+            out += (start, start + take)
+        n += take
+    return out, n
+
+
+def segment_ranges(starts: Sequence[int], lengths: Sequence[int], target_length: int, max_length: int,
+                   rng: random.Random) -> tuple[list[int], int, list[int], int]:
+    """`split_segments` of sentences held in one id array (sentence i = ids[starts[i]:starts[i] + lengths[i]]):
+    A and B as ranges of that array, already cut, with their token counts (A ranges, A count, B ranges, B
+    count). The same choice and cut, no id copied."""
+    a, b = choose_segments(lengths, target_length, rng)
+    first, first_len = _cut_ranges(starts, lengths, a, max_length - 2)
+    second, second_len = _cut_ranges(starts, lengths, b, max(0, max_length - first_len - 3))
+    return first, first_len, second, second_len
 
 
 class ExampleBuilder:
@@ -187,6 +235,46 @@ class ExampleBuilder:
         """Flushes what the document left as one (shorter) example."""
         return [self._create_example()] if self._length else []
 
+    def add_document_spans(self, start: int, lengths: Sequence[int]) -> list[tuple[list[int], int, list[int], int]]:
+        """`add_document` of a document whose sentences lie one after another in an id array from `start`
+        (sentence i has lengths[i] ids): the same examples, as `segment_ranges` of that array (what
+        `range_columns` turns into features). Not with carry_overflow (it cuts sentences)."""
+        if self.carry_overflow or self._length:
+            raise ValueError("add_document_spans starts a document and does not carry overflow: use add_document")
+        examples = []
+        starts: list[int] = []
+        lens: list[int] = []
+        length, target, tokens = 0, self._target, 0
+        for n in lengths:
+            if n:
+                starts.append(start)
+                lens.append(n)
+                length += n
+                tokens += n
+                if length >= target:
+                    examples.append(self._create_span_example(starts, lens))
+                    starts, lens, length, target = [], [], 0, self._target
+            start += n
+        if lens:
+            examples.append(self._create_span_example(starts, lens))
+        self.stats.tokens_in += tokens
+        return examples
+
+    def _create_span_example(self, starts: list[int], lengths: list[int]) -> tuple[list[int], int, list[int], int]:
+        example = segment_ranges(starts, lengths, self._target, self.max_length, self.rng)
+        self._next_target(example[1], example[3])
+        return example
+
+    def _next_target(self, first_len: int, second_len: int) -> None:
+        """After an example: the next target length (the original's rng call) and the statistics."""
+        if self.rng.random() < RANDOM_TARGET_PROB:
+            self._target = self.rng.randint(MIN_RANDOM_TARGET, self.max_length)
+        else:
+            self._target = self.max_length
+        self.stats.examples += 1
+        self.stats.tokens_kept += first_len + second_len
+        self.stats.single_segment += not second_len
+
     def _take_overflow(self) -> list[int]:
         """Cuts the accumulated text at the example's content capacity; returns the cut-off tail."""
         capacity = max(1, min(self._target, self.max_length) - 3)
@@ -210,13 +298,7 @@ class ExampleBuilder:
     def _create_example(self) -> dict[str, list[int]] | tuple[list[int], list[int]]:
         first, second = split_segments(self._sentences, self._target, self.max_length, self.rng)
         self._sentences, self._length = [], 0
-        if self.rng.random() < RANDOM_TARGET_PROB:
-            self._target = self.rng.randint(MIN_RANDOM_TARGET, self.max_length)
-        else:
-            self._target = self.max_length
-        self.stats.examples += 1
-        self.stats.tokens_kept += len(first) + len(second)
-        self.stats.single_segment += not second
+        self._next_target(len(first), len(second))
         if self.as_segments:
             return first, second
         return make_features(first, second, self.max_length, self.cls_id, self.sep_id)
@@ -256,6 +338,77 @@ def segment_columns(pairs: Sequence[tuple[Sequence[int], Sequence[int]]], max_le
     return {"input_ids": input_ids, "input_mask": real.astype(np.int64), "segment_ids": second.astype(np.int64)}
 
 
+def range_columns(ids: np.ndarray, examples: Sequence[tuple[list[int], int, list[int], int]], max_length: int,
+                  cls_id: int, sep_id: int) -> dict[str, np.ndarray]:
+    """`segment_columns` of examples given as `segment_ranges` of the id array `ids`: every row is gathered
+    from `ids` by one numpy index ([CLS] and [SEP] are two extra slots after the ids), no list of ids made."""
+    n = len(examples)
+    first_len = np.fromiter((e[1] for e in examples), np.int64, n)
+    second_len = np.fromiter((e[3] for e in examples), np.int64, n)
+    length = first_len + 2 + np.where(second_len > 0, second_len + 1, 0)
+    if n and int(length.max()) > max_length:
+        raise ValueError(f"example of {int(length.max())} tokens exceeds max_seq_length={max_length}")
+    cls_at, sep_at = len(ids), len(ids) + 1
+    source = np.concatenate([ids.astype(np.int64, copy=False), np.array([cls_id, sep_id], np.int64)])
+    bounds: list[int] = []
+    for first, _, second, second_n in examples:
+        bounds += (cls_at, cls_at + 1)
+        bounds += first
+        bounds += (sep_at, sep_at + 1)
+        if second_n:
+            bounds += second
+            bounds += (sep_at, sep_at + 1)
+    pairs = np.array(bounds, np.int64).reshape(-1, 2)
+    starts, sizes = pairs[:, 0], pairs[:, 1] - pairs[:, 0]
+    out_starts = np.cumsum(sizes) - sizes  # where each range begins in the concatenated rows
+    gather = np.arange(int(sizes.sum()), dtype=np.int64) + np.repeat(starts - out_starts, sizes)
+    position = np.arange(max_length)
+    real = position < length[:, None]
+    input_ids = np.zeros((n, max_length), np.int64)
+    input_ids[real] = source[gather]
+    second = real & (position >= (first_len + 2)[:, None])
+    return {"input_ids": input_ids, "input_mask": real.astype(np.int64), "segment_ids": second.astype(np.int64)}
+
+
+def build_batches_flat(texts: Iterable[str], encoder: Any, builder: ExampleBuilder, group_lines: int = 2048
+                       ) -> Iterator[records.SampleBatch]:
+    """What `build_batches` makes of `encode_lines` of each document's lines (`corpus.document_lines` of its
+    raw text), from ids kept in arrays: the raw texts of ~`group_lines` lines are encoded at once by the
+    encoder's `encode_lines_flat` (one split, no string or list per line: ids of every line in one array
+    and each line's count), the builder chooses ranges of that array (`add_document_spans`) and
+    `range_columns` gathers the rows. The same examples in the same order (a batch holds the examples of
+    one group; a record's bytes do not depend on its batch).
+
+    Why raw lines give document_lines' ids: a blank line has no ids (the builder skips empty sentences
+    either way), and every character str.strip removes at a line's ends is one BERT deletes as a control
+    character or separates words at (its own `str.split()`; U+2028/U+2029 included), so at a line's ends
+    it changes no id (tests/test_electra_pretrain.py compares both paths on such lines)."""
+    group: list[str] = []
+    lines = 0
+    for text in itertools.chain(texts, [None]):
+        if text is not None:
+            group.append(text)
+            lines += text.count("\n") + 1
+            if lines < group_lines:
+                continue
+        if not group:
+            break
+        line_counts = [t.count("\n") + 1 for t in group]
+        ids, lengths = encoder.encode_lines_flat("\n".join(group))
+        lengths = lengths.tolist()
+        examples: list = []
+        start = line = 0
+        for count in line_counts:
+            doc_lengths = lengths[line:line + count]
+            examples += builder.add_document_spans(start, doc_lengths)
+            start += sum(doc_lengths)
+            line += count
+        if examples:
+            yield records.SampleBatch(range_columns(ids, examples, builder.max_length, builder.cls_id,
+                                                    builder.sep_id))
+        group, lines = [], 0
+
+
 def build_batches(documents: Iterable[Sequence[Sequence[int]]], builder: ExampleBuilder, batch_size: int = 1024
                   ) -> Iterator[records.SampleBatch]:
     """`build_examples` as SampleBatches of up to `batch_size` examples (the builder makes segments)."""
@@ -288,11 +441,13 @@ def read_text_documents(paths: Sequence[str], blanks_separate_docs: bool, on_bad
 
 
 def document_texts(paths: Sequence[str], blanks_separate_docs: bool, on_bad_utf8: str = "error",
-                   keep: Callable[[int], bool] | None = None) -> Iterator[str]:
+                   keep: Callable[[int], bool] | None = None,
+                   spans: corpus.DocumentSpans | None = None) -> Iterator[str]:
     """The documents of `read_text_documents` as raw texts, only those whose index has keep(index) (all
-    without `keep`): a shard copies out and splits into lines only its own."""
+    without `keep`): a shard copies out and splits into lines only its own. `spans`: see
+    corpus.iter_document_texts (the shards of one process scan the corpus once)."""
     if blanks_separate_docs:
-        yield from corpus.iter_document_texts(list(paths), on_bad_utf8, keep)
+        yield from corpus.iter_document_texts(list(paths), on_bad_utf8, keep, spans=spans)
         return
     index = -1
     for path in paths:
@@ -377,6 +532,13 @@ class ElectraPretrain(WordpieceCorpusProblem):
     def documents(self, paths: list[str]) -> Iterator[list[str]]:
         return read_text_documents(paths, self.hparams.blanks_separate_docs, self.hparams.on_bad_utf8)
 
+    def _document_spans(self) -> corpus.DocumentSpans:
+        """Where the corpus's documents lie, shared by the shards this process generates (the first shard's
+        scan records them; the others read only their own documents, see corpus.DocumentSpans)."""
+        if getattr(self, "_spans", None) is None:
+            self._spans = corpus.DocumentSpans()
+        return self._spans
+
     def encoder_kwargs(self) -> dict:
         return {"strip_accents": self.hparams.strip_accents} if _encoder_has_strip_accents() else {}
 
@@ -422,13 +584,22 @@ class ElectraPretrain(WordpieceCorpusProblem):
                                  shard_rng(seed, split, shard_id), carry_overflow=hp.carry_overflow,
                                  as_segments=True)
         keep = document_selector(split, shard_id, num_shards, hp.dev_fraction)
-        mine = map(corpus.document_lines, document_texts(self.input_paths(), hp.blanks_separate_docs,
-                                                         hp.on_bad_utf8, keep))
+        texts = document_texts(self.input_paths(), hp.blanks_separate_docs, hp.on_bad_utf8, keep,
+                               self._document_spans())
+        if not hp.do_whole_word_mask and not hp.carry_overflow and hasattr(encoder, "encode_lines_flat"):
+            # The same examples from ids kept in arrays (build_batches_flat).
+            yield from build_batches_flat(texts, encoder, builder)
+            self._log_stats(builder, split, shard_id, num_shards)
+            return
+        mine = map(corpus.document_lines, texts)
         if hp.do_whole_word_mask:
             encode = self.word_continuations(encoder)
             yield from map(with_word_start, build_batches((encode(doc) for doc in mine), builder))
         else:
             yield from build_batches((encode_lines(encoder, doc) for doc in mine), builder)
+        self._log_stats(builder, split, shard_id, num_shards)
+
+    def _log_stats(self, builder: ExampleBuilder, split: str, shard_id: int, num_shards: int) -> None:
         stats = builder.stats
         logging.info("%s-%s shard %d/%d: %d examples from %d tokens, %.1f%% of them dropped, %.1f%% single-segment",
                      self.name, split, shard_id, num_shards, stats.examples, stats.tokens_in,

@@ -126,6 +126,33 @@ def test_split_segments_rules():
     assert first == ([1] * 40 + [2] * 40 + [3] * 60)[:126] and second == []
 
 
+def test_spans_path_makes_the_list_path_s_examples():
+    """add_document_spans + range_columns (the datagen's path: sentences as ranges of one id array) give
+    the examples of add_document + segment_columns, with the rng consumed alike: random documents (empty
+    sentences, sentences longer than an example, one-sentence documents), several lengths and seeds."""
+    rng = random.Random(3)
+    for trial in range(40):
+        max_length = rng.choice([5, 9, 32, 128])
+        docs = [[[rng.randrange(5, 999) for _ in range(rng.choice([0, 1, 3, 8, 20, 60, 300]))]
+                 for _ in range(rng.randint(1, 12))] for _ in range(rng.randint(1, 8))]
+        lists = ep.ExampleBuilder(max_length, CLS, SEP, random.Random(trial), as_segments=True)
+        spans = ep.ExampleBuilder(max_length, CLS, SEP, random.Random(trial), as_segments=True)
+        pairs = [p for doc in docs for p in lists.add_document(doc)]
+        ids = np.array([t for doc in docs for s in doc for t in s], np.int32)
+        examples, start = [], 0
+        for doc in docs:
+            examples += spans.add_document_spans(start, [len(s) for s in doc])
+            start += sum(len(s) for s in doc)
+        assert len(examples) == len(pairs)
+        expected = ep.segment_columns(pairs, max_length, CLS, SEP)
+        got = ep.range_columns(ids, examples, max_length, CLS, SEP)
+        for name in expected:
+            np.testing.assert_array_equal(got[name], expected[name])
+        assert spans.stats == lists.stats and lists.rng.random() == spans.rng.random()
+    with pytest.raises(ValueError, match="carry"):
+        ep.ExampleBuilder(L, CLS, SEP, random.Random(0), carry_overflow=True).add_document_spans(0, [3])
+
+
 def test_determinism_by_seed():
     docs = word_documents()
     a, _ = build(docs, seed=5)
@@ -202,6 +229,35 @@ def emma_vocab(tmp_path_factory) -> str:
     root = tmp_path_factory.mktemp("vocab")
     make_problem().prepare(str(root), "")
     return str(root / "electra_pretrain" / "vocab.txt")
+
+
+def test_raw_text_path_makes_the_line_path_s_batches(emma_vocab):
+    """build_batches_flat (raw document texts, ids in arrays) == build_batches of encode_lines of
+    document_lines (stripped lines): texts whose lines start or end with characters str.strip removes
+    (tab, form feed, \\x1c, \\x85, no-break and ideographic spaces, U+2028 / U+2029), blank lines, tiny
+    groups and one big group."""
+    from framework import corpus, text_encoders
+
+    encoder = text_encoders.WordpieceEncoder(emma_vocab)
+    rng = random.Random(7)
+    odd = ["\t", "\x0c", "\x1c", "\x85", "\xa0", "\u3000", "\u2028", "\u2029", " ", ""]
+    words = ["Emma", "said,", "Mr.", "Knightley", "(who", "was", "there)", "\u00e9t\u00e9", "--", "well"]
+    texts = []
+    for _ in range(60):
+        lines = [rng.choice(odd) + " ".join(rng.choice(words) for _ in range(rng.randint(0, 30))) + rng.choice(odd)
+                 for _ in range(rng.randint(1, 6))]
+        texts.append("\n".join(lines) + rng.choice(["", "\n"]))
+    for group_lines in (1, 7, 10_000):
+        for docs in (texts, [t + "\n\n\n" for t in texts]):
+            flat = ep.build_batches_flat(docs, encoder, ep.ExampleBuilder(16, CLS, SEP, random.Random(1),
+                                                                           as_segments=True), group_lines)
+            lists = ep.build_batches((ep.encode_lines(encoder, corpus.document_lines(t)) for t in docs),
+                                     ep.ExampleBuilder(16, CLS, SEP, random.Random(1), as_segments=True))
+            got = [batch.columns for batch in flat]
+            expected = [batch.columns for batch in lists]
+            for name in ("input_ids", "input_mask", "segment_ids"):
+                np.testing.assert_array_equal(np.concatenate([c[name] for c in got]),
+                                              np.concatenate([c[name] for c in expected]))
 
 
 def test_same_seed_same_bytes_whatever_the_workers(tmp_path, emma_vocab):

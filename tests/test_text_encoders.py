@@ -222,6 +222,9 @@ def test_encode_flat_packs_encode_batch(wp_vocab, backend):
     joined at spaces, empty texts, texts of spaces only, leading/trailing spaces)."""
     enc = te.WordpieceEncoder(wp_vocab, backend=backend)
     texts = _emma_lines(200) + ADVERSARIAL + MULTILINGUAL + ["", " ", "  a  ", "b"]
+    # Newlines inside texts (the chunk "\n" marks text ends inside encode_flat): the reference's ids.
+    texts += ["a \n b", "\n", " \n ", "x\ny", "Emma\n\nsaid \n", "\n\n"]
+    assert [enc.encode(t) for t in texts[-6:]] == [enc.reference.encode(t) for t in texts[-6:]]
     per_text = enc.encode_batch(texts)
     ids, lengths = enc.encode_flat(texts)
     assert ids.dtype == np.int32 and lengths.dtype == np.int64
@@ -229,6 +232,12 @@ def test_encode_flat_packs_encode_batch(wp_vocab, backend):
     assert ids.tolist() == [i for x in per_text for i in x]
     empty_ids, empty_lengths = enc.encode_flat([])
     assert len(empty_ids) == 0 and len(empty_lengths) == 0
+    # encode_lines_flat: every line of one text (split at "\n", not stripped), as encode_flat of the lines.
+    text = "\n".join(texts[:-6]) + "\n\n \n"
+    lines_ids, lines_lengths = enc.encode_lines_flat(text)
+    flat_ids, flat_lengths = enc.encode_flat(text.split("\n"))
+    assert lines_ids.tolist() == flat_ids.tolist() and lines_lengths.tolist() == flat_lengths.tolist()
+    assert len(lines_lengths) == text.count("\n") + 1
 
 
 def test_wordpiece_decode_and_conversions(wp_vocab):
