@@ -109,6 +109,14 @@ def test_misspelled_binding_is_one_line_naming_it():
     assert "Traceback" not in proc.stderr
 
 
+def test_config_includes_raise_no_false_gin_errors():
+    """configs/bert_base.gin includes _bert.gin: gin's package-resource probe used to log 'Path not found:
+    _bert.gin' as an ERROR before the file reader found it. The run still stops at the misspelled binding."""
+    proc = finetune("finetune.lerning_rate=1e-4", files=[os.path.join(REPO, "configs", "bert_base.gin")])
+    assert proc.returncode == 1 and "lerning_rate" in proc.stderr.strip().splitlines()[-1]
+    assert "Path not found" not in proc.stderr
+
+
 def test_missing_required_value_is_one_line_naming_it(tmp_path):
     proc = finetune("finetune.model='bert_classifier'", "finetune.task='tsv_classification'",
                     f"finetune.model_dir='{tmp_path}'")

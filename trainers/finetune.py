@@ -48,11 +48,24 @@ log = logging.getLogger("textrain.finetune")
 REPO_CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
 
 
+class _QuietGinResourceProbe(logging.Filter):
+    """gin's package-resource reader logs an ERROR ("Path not found: _bert.gin") each time it is asked about a
+    path that is not a Python package resource, which is every include of configs/ before the next reader
+    finds the file: a false alarm in every run's output. Only that record is dropped."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.pathname.replace(os.sep, "/").endswith("gin/resource_reader.py")
+                    and str(record.msg).startswith("Path not found"))
+
+
 def _register_gin_tf_io() -> None:
     """What gin.tf would do: read config files through tf.io.gfile (local, gs://, ...)."""
     import tensorflow as tf
 
     gin.config.register_file_reader(tf.io.gfile.GFile, tf.io.gfile.exists)
+    root = logging.getLogger()
+    if not any(isinstance(f, _QuietGinResourceProbe) for f in root.filters):
+        root.addFilter(_QuietGinResourceProbe())
 
 
 @gin.configurable("finetune")
