@@ -67,6 +67,11 @@ def fail(prog: str, message: str, status: int = 1) -> None:
     sys.exit(status)
 
 
+def _without_temporary_suffix(text: str) -> str:
+    """Name the file, not the temporary name it is written under (records.incomplete_path)."""
+    return re.sub(r"\.[A-Za-z0-9_]+-\d+\.incomplete\b", "", text)
+
+
 def _tf_error_message(e: Exception) -> str | None:
     """One line for TensorFlow's file errors (imported lazily: not every CLI has loaded TF)."""
     tf = sys.modules.get("tensorflow")
@@ -75,7 +80,7 @@ def _tf_error_message(e: Exception) -> str | None:
     from framework import records  # imports TensorFlow, which is loaded already here
 
     message = records.tf_message(e) or type(e).__name__
-    message = re.sub(r"\.[A-Za-z0-9_]+-\d+\.incomplete\b", "", message)  # name the file, not its temporary name
+    message = _without_temporary_suffix(message)
     for pattern, advice in _TF_OS_MESSAGES:  # the OS error is in the text, whatever the TF error type
         if re.search(pattern, message):
             return f"{message}; {advice}"
@@ -103,7 +108,7 @@ def explain(e: BaseException) -> tuple[str, int] | None:
     if isinstance(e, FileNotFoundError) and e.errno is None:  # raised by our code with a message for the user
         return str(e), 1
     if isinstance(e, OSError) and e.errno in _OS_ADVICE:
-        where = re.sub(r"\.[A-Za-z0-9_]+-\d+\.incomplete\b", "", f" {e.filename}") if e.filename else ""
+        where = _without_temporary_suffix(f" {e.filename}") if e.filename else ""
         return f"{_OS_ADVICE[e.errno]}{(' (' + where.strip() + ')') if where else ''}: {e.strerror or e}", 1
     if isinstance(e, (zlib.error, EOFError)):
         return (f"corrupt or truncated compressed input ({type(e).__name__}: {e}); re-download or "

@@ -34,11 +34,11 @@ import zlib
 from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
-from framework import fileio
-from framework.lazy_tf import tf
 from absl import logging
 
+from framework import fileio
 from framework.cli import UserError
+from framework.lazy_tf import tf
 
 BAD_UTF8_POLICIES = ("error", "replace", "skip")
 
@@ -62,6 +62,11 @@ def expand_paths(pattern: str) -> list[str]:
     return sorted(dict.fromkeys(paths))
 
 
+def is_compressed(path: str) -> bool:
+    """A .gz/.bz2 file, decompressed by the reader (whose lines keep their carriage returns)."""
+    return path.endswith((".gz", ".bz2"))
+
+
 def _open_binary(path: str) -> io.BufferedIOBase:
     if not fileio.exists(path):
         raise CorpusError(f"{path}: no such file")
@@ -80,7 +85,7 @@ def iter_lines(path: str, on_bad_utf8: str = "error") -> Iterator[tuple[int, str
     bad = 0
     # tf.io.gfile's readline drops every carriage return of an uncompressed file's line (see
     # _iter_byte_blocks); a local file read here does the same, so both routes give the same lines.
-    drop_cr = not path.endswith((".gz", ".bz2"))
+    drop_cr = not is_compressed(path)
     with _open_binary(path) as f:
         try:
             for lineno, raw in enumerate(f, start=1):
@@ -136,7 +141,7 @@ def _iter_byte_blocks(path: str) -> Iterator[bytes]:
     """The raw bytes of a file in blocks of about BLOCK_BYTES that end at a line end (the newline is kept;
     the last block may lack it). tf.io.gfile's readline (what iter_lines gets for an uncompressed file)
     drops every carriage return, wherever it is in the line; gzip/bz2 lines keep theirs: blocks do the same."""
-    drop_cr = not path.endswith((".gz", ".bz2"))
+    drop_cr = not is_compressed(path)
     with _open_binary(path) as f:
         pending: list[bytes] = []  # bytes after the last newline seen (a line longer than a block grows here)
         try:
@@ -363,7 +368,7 @@ class DocumentSpans:
 
     @staticmethod
     def _identity(path: str) -> tuple[int, int] | None:
-        if not fileio.is_local(path) or path.endswith((".gz", ".bz2")):
+        if not fileio.is_local(path) or is_compressed(path):
             return None
         try:
             st = os.stat(path)

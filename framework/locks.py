@@ -38,13 +38,20 @@ class LockedError(UserError):
     """Another live writer holds the directory's lock."""
 
 
-def _process_start(pid: int) -> str | None:
-    """The process' start time in clock ticks since boot (Linux), to tell a reused pid apart."""
+def _proc_stat(pid: int) -> list[str] | None:
+    """The fields of /proc/<pid>/stat after the command name (state first), or None (no such file: gone,
+    or not Linux)."""
     try:
         with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[19]
+            return f.read().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
         return None
+
+
+def _process_start(pid: int) -> str | None:
+    """The process' start time in clock ticks since boot (Linux), to tell a reused pid apart."""
+    fields = _proc_stat(pid)
+    return fields[19] if fields and len(fields) > 19 else None
 
 
 def process_running(pid: int) -> bool:
@@ -57,11 +64,8 @@ def process_running(pid: int) -> bool:
         return False
     except PermissionError:
         pass
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except (OSError, IndexError):
-        return True  # no /proc (not Linux): kill() found it
+    fields = _proc_stat(pid)
+    return fields is None or fields[0] not in ("Z", "X")  # no /proc (not Linux): kill() found it
 
 
 def _alive(pid: int, start: str | None) -> bool:
@@ -69,10 +73,6 @@ def _alive(pid: int, start: str | None) -> bool:
         return False
     now = _process_start(pid)
     return start is None or now is None or now == start
-
-
-def _is_local(path: str) -> bool:
-    return "://" not in path
 
 
 class DirLock:
@@ -114,7 +114,7 @@ def _describe(holder: dict) -> str:
 
 def _create(path: str, content: str) -> bool:
     """Create `path` holding `content` if it does not exist; False when it exists."""
-    if _is_local(path):
+    if fileio.is_local(path):
         try:
             fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
         except FileExistsError:

@@ -38,13 +38,11 @@ import time
 from typing import Any, ClassVar, Iterator
 
 import numpy as np
-from framework import fileio
-from framework import lazy_tf
-from framework.lazy_tf import tf
 from absl import logging
 
-from framework import locks, pipeline, records
+from framework import fileio, lazy_tf, locks, pipeline, records
 from framework.cli import UserError
+from framework.lazy_tf import tf
 from framework.flags import validate_settings
 
 

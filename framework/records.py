@@ -33,9 +33,8 @@ from typing import Any, Iterable, Iterator, Mapping
 import numpy as np
 
 from framework import fileio, locks
-from framework.lazy_tf import tf
-
 from framework.cli import UserError
+from framework.lazy_tf import tf
 
 MANIFEST_VERSION = 1
 

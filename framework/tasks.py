@@ -22,11 +22,10 @@ import os
 from typing import ClassVar
 
 import numpy as np
-from framework import fileio
-from framework.lazy_tf import tf
 
-from framework import records, text_encoders
+from framework import fileio, records, text_encoders
 from framework.cli import UserError
+from framework.lazy_tf import tf
 from framework.problem import DataParams, ModeKeys
 
 

@@ -68,11 +68,11 @@ import uuid
 from typing import Callable, Iterable, Iterator, Mapping, Protocol, Sequence, runtime_checkable
 
 import numpy as np
-from framework import fileio
-from framework.lazy_tf import tf
 from absl import logging
 
+from framework import fileio
 from framework.cli import UserError
+from framework.lazy_tf import tf
 
 
 class EncoderError(UserError, ValueError):

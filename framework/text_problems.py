@@ -17,11 +17,10 @@ import itertools
 import os
 from typing import Callable, Iterable, Iterator, Sequence
 
-from framework import fileio
-from framework.lazy_tf import tf
 from absl import logging
 
-from framework import corpus, text_encoders
+from framework import corpus, fileio, text_encoders
+from framework.lazy_tf import tf
 from framework.problem import DatasetSplit, Problem
 
 

@@ -92,11 +92,11 @@ import random
 from typing import Any, Callable, Iterable, Iterator, NamedTuple, Sequence
 
 import numpy as np
-from framework.lazy_tf import tf
 from absl import logging
 
 from framework import corpus, records, word_segmenters
 from framework.flags import help_text
+from framework.lazy_tf import tf
 from framework.problem import shard_np_rng, shard_rng
 from framework.registry import register_problem
 from framework.text_problems import WordpieceCorpusProblem, document_selector

@@ -79,13 +79,12 @@ import os
 from typing import ClassVar, Iterator, Sequence
 
 import numpy as np
-from framework import fileio
-from framework.lazy_tf import tf
 from absl import logging
 
-from framework import corpus, metrics, records, text_encoders
+from framework import corpus, fileio, metrics, records, text_encoders
 from framework.cli import UserError
 from framework.flags import help_text
+from framework.lazy_tf import tf
 from framework.problem import DatasetSplit, Problem
 from framework.registry import register_problem
 from framework.tasks import FinetuneTask, tokenizer_file

@@ -58,12 +58,12 @@ import random
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
-from framework.lazy_tf import tf
 from absl import logging
 
 from framework import corpus, records, text_encoders, word_segmenters
-from framework.problem import DatasetSplit, ModeKeys, shard_rng
 from framework.flags import help_text
+from framework.lazy_tf import tf
+from framework.problem import DatasetSplit, ModeKeys, shard_rng
 from framework.registry import register_problem
 from framework.text_problems import WordpieceCorpusProblem, document_selector
 

@@ -38,10 +38,8 @@ import re
 import string
 from typing import Any, Iterable, Mapping, Sequence
 
-from framework import fileio
+from framework import fileio, text_encoders
 from framework.lazy_tf import tf
-
-from framework import text_encoders
 
 # ----------------------------------------------------------------------------------------------- #
 # Official metrics

@@ -24,10 +24,10 @@ import os
 from typing import Any, Iterator
 
 import numpy as np
-from framework import fileio
-from framework.lazy_tf import tf
 
+from framework import fileio
 from framework.flags import help_text
+from framework.lazy_tf import tf
 from framework.problem import DatasetSplit, Problem
 from framework.registry import register_problem
 from framework.tasks import FinetuneTask, check_tokenizer

@@ -49,12 +49,11 @@ import os
 from typing import Any, Iterator, Sequence
 
 import numpy as np
-from framework import fileio
-from framework.lazy_tf import tf
 from absl import logging
 
-from framework import records, text_encoders
+from framework import fileio, records, text_encoders
 from framework.flags import help_text
+from framework.lazy_tf import tf
 from framework.problem import DatasetSplit, ModeKeys, Problem
 from framework.registry import register_problem
 from framework.tasks import FinetuneTask, check_tokenizer

@@ -17,7 +17,7 @@ import itertools
 import os
 from typing import Iterator
 
-from framework import corpus
+from framework import corpus, fileio
 from framework.flags import help_text
 from framework.problem import DatasetSplit
 from framework.registry import register_problem
@@ -36,7 +36,7 @@ class TranslateHParams:
 def _find(tmp_dir: str, name: str) -> str:
     for suffix in ("", ".gz", ".bz2"):
         path = os.path.join(tmp_dir, name + suffix)
-        if os.path.exists(path) or (tmp_dir.startswith("gs://") and corpus.tf.io.gfile.exists(path)):
+        if fileio.exists(path):
             return path
     raise corpus.CorpusError(f"{os.path.join(tmp_dir, name)}[.gz|.bz2] not found (--tmp_dir={tmp_dir!r})")
 

@@ -75,11 +75,10 @@ import random
 from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
-from framework import fileio
-from framework.lazy_tf import tf
 from absl import logging
 
-from framework import corpus, records, text_encoders
+from framework import corpus, fileio, records, text_encoders
+from framework.lazy_tf import tf
 from framework.problem import (DataParams, DatasetSplit, Problem, SettingsMismatchError, check_settings,
                                shard_np_rng)
 from framework.flags import help_text
@@ -562,7 +561,7 @@ def iter_file_lines(path: str, on_bad_utf8: str = "error") -> Iterator[list[str]
     per-line readline, ~7x less CPU). The block reader drops carriage returns of plain files as
     gfile's readline does; a .gz/.bz2 line keeps them, and `iter_lines` strips the trailing ones.
     """
-    strip_cr = path.endswith((".gz", ".bz2"))
+    strip_cr = corpus.is_compressed(path)
     for block in corpus.iter_text_blocks(path, on_bad_utf8):
         lines = block.split("\n")
         if block.endswith("\n"):
