@@ -31,7 +31,7 @@ from typing import Any
 import tensorflow as tf
 
 from models.layers.dense import Dense
-from models.layers.fused import LayerNormalization
+from models.layers.fused import LayerNormalization, sparse_softmax_cross_entropy
 
 from framework.registry import register_model
 from models.base import StepOutput, Term, TrainableModel
@@ -287,7 +287,7 @@ def masked_lm_terms(logits: tf.Tensor, label_ids: tf.Tensor, weights: tf.Tensor)
     """(loss, accuracy) Terms of the MLM: weighted sums over predictions, counted by sum of weights."""
     label_ids = tf.cast(label_ids, tf.int32)
     weights = _float(weights)
-    ce = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=label_ids, logits=logits)
+    ce = sparse_softmax_cross_entropy(label_ids, logits)
     correct = _float(tf.equal(tf.argmax(logits, axis=-1, output_type=tf.int32), label_ids))
     count = tf.reduce_sum(weights)
     return Term(tf.reduce_sum(ce * weights), count), Term(tf.reduce_sum(correct * weights), count)

@@ -56,6 +56,7 @@ from models.checkpoints import load_tf1_checkpoint
 from models.task_heads import ClassifierModel, num_labels_from_manifest, task_type_from_manifest
 from models.layers.activations import get_activation
 from models.layers.embeddings import TransformerEmbeddings, truncated_normal
+from models.layers.fused import sparse_softmax_cross_entropy
 from models.layers.transformer import dense_variable_map, layer_norm_variable_map
 
 logger = logging.getLogger(__name__)
@@ -408,7 +409,7 @@ def electra_terms(out: dict[str, Any], objective: ElectraObjective) -> tuple[dic
     masked: MaskedInputs = out["masked"]
     weights = masked.weights
     count = tf.reduce_sum(weights)
-    ce = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=masked.label_ids, logits=out["mlm_logits"])
+    ce = sparse_softmax_cross_entropy(masked.label_ids, out["mlm_logits"])
     predicted = tf.argmax(out["mlm_logits"], axis=-1, output_type=tf.int32)
 
     real = tf.cast(out["input_mask"], tf.float32)

@@ -42,6 +42,7 @@ from framework.registry import register_model
 from models.base import StepOutput, Term, TrainableModel
 from models.checkpoints import backing_variable
 from models.task_heads import ClassifierModel, num_labels_from_manifest, task_type_from_manifest
+from models.layers.fused import sparse_softmax_cross_entropy
 from models.layers.relative_attention import (PositionwiseFFN, RelativeAttention, dropout, fold_seed,
                                               relative_positional_encoding)
 
@@ -421,7 +422,7 @@ class XLNetPretrainer(TrainableModel):
         logits = out["logits"]
         target = tf.cast(features["target"], tf.int32)
         weight = tf.cast(features["target_mask"], tf.float32)
-        ce = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=target, logits=logits)
+        ce = sparse_softmax_cross_entropy(target, logits)
         correct = tf.cast(tf.equal(tf.argmax(logits, -1, output_type=tf.int32), target), tf.float32)
         count = tf.reduce_sum(weight)
         new_state = {"mems": out["new_mems"]} if self.config.mem_len > 0 else {}

@@ -198,21 +198,76 @@ def test_fused_elementwise_chains_equal_the_op_by_op_ones(dtype):
     assert np.all(probs[:3][~np.broadcast_to(mask[:3].numpy(), probs[:3].shape)] == 0.0)
 
 
+def _dropped(layer_or_fn, x, dy):
+    """(output, input gradient) of one training call."""
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = layer_or_fn(x)
+    return y, tape.gradient(y, x, output_gradients=tf.cast(dy, y.dtype))
+
+
 @pytest.mark.parametrize("dtype", ["float32", "mixed_bfloat16"])
-def test_fused_dropout_is_keras_dropout_bit_for_bit(dtype):
-    """Same seed -> the fused Dropout's output and gradient equal keras.layers.Dropout's exactly."""
+def test_fused_dropout_rate_scale_gradient_and_reproducibility(dtype):
+    """The fused Dropout drops a Bernoulli(rate) set, scales the rest by 1/(1-rate) as Keras does, sends the
+    gradient through the same set, draws fresh decisions per call and repeats them for the same seed."""
     from models.layers import fused
     x = tf.random.stateless_normal([4, 64, 256], [3, 4])
     dy = tf.random.stateless_normal([4, 64, 256], [5, 6])
-    outs = []
-    for cls in (fused.Dropout, tf.keras.layers.Dropout):
-        layer = cls(0.1, seed=7, dtype=dtype)
-        xin = tf.cast(x, layer.compute_dtype)
-        with tf.GradientTape() as tape:
-            tape.watch(xin)
-            y = layer(xin, training=True)
-        outs.append((y.numpy(), tape.gradient(y, xin, output_gradients=tf.cast(dy, y.dtype)).numpy()))
     assert fused.fusable(x)
-    np.testing.assert_array_equal(outs[0][0], outs[1][0])
-    np.testing.assert_array_equal(outs[0][1], outs[1][1])
-    assert 0.08 < float(np.mean(outs[0][0] == 0)) < 0.12
+    layer = fused.Dropout(0.1, seed=7, dtype=dtype)
+    xin = tf.cast(x, layer.compute_dtype)
+    y, dx = _dropped(lambda v: layer(v, training=True), xin, dy)
+    kept = y.numpy() != 0
+    n = kept.size
+    assert abs(float(np.mean(~kept)) - 0.1) < 5 * np.sqrt(0.09 / n)
+    scale = tf.constant(1 / 0.9, xin.dtype)
+    np.testing.assert_array_equal(y.numpy()[kept], (xin * scale).numpy()[kept])
+    np.testing.assert_array_equal(dx.numpy()[kept], (tf.cast(dy, xin.dtype) * scale).numpy()[kept])
+    assert np.all(dx.numpy()[~kept] == 0)
+    # Next call: fresh decisions, independent of the first (overlap of the dropped sets ~ rate^2).
+    again = layer(xin, training=True).numpy() != 0
+    assert abs(float(np.mean(~kept & ~again)) - 0.01) < 5 * np.sqrt(0.0099 / n)
+    # Same seed, new layer: the same decisions; inference: identity.
+    replay = fused.Dropout(0.1, seed=7, dtype=dtype)(xin, training=True).numpy() != 0
+    np.testing.assert_array_equal(replay, kept)
+    np.testing.assert_array_equal(layer(xin, training=False).numpy(), xin.numpy())
+
+
+def test_stateless_dropout_decisions_are_independent_across_positions_and_seeds():
+    """The counter hash behind the fused dropout: no correlation between an element and its neighbours at
+    the strides of a [batch, heads, query, key] tensor, nor between seeds that differ in one bit; int64
+    seeds (XLNet's fold_in) use all their bits."""
+    from models.layers import fused
+    x = tf.ones([8, 4, 128, 128])
+    drop = lambda seed: (fused.stateless_dropout(x, 0.1, tf.constant(seed)).numpy() == 0).ravel()  # noqa: E731
+    a = drop([1, 2]).astype(np.float64)
+    bound = 5 / np.sqrt(a.size)
+    for stride in (1, 2, 128, 129, 128 * 128, 4 * 128 * 128):
+        assert abs(np.corrcoef(a[:-stride], a[stride:])[0, 1]) < bound, stride
+    for other in ([1, 3], [0, 2]):
+        assert abs(np.corrcoef(a, drop(other))[0, 1]) < bound, other
+    np.testing.assert_array_equal(drop([1, 2]), a.astype(bool))
+    high = drop(np.array([1 << 40, 2], np.int64))
+    assert abs(np.corrcoef(high, drop(np.array([0, 2], np.int64)))[0, 1]) < bound
+    assert abs(float(np.mean(high)) - 0.1) < 5 * np.sqrt(0.09 / a.size)
+
+
+def test_fused_cross_entropy_equals_tensorflows():
+    """The fused MLM cross-entropy: TensorFlow's loss and gradient (2-D and 3-D logits, large logits)."""
+    from models.layers import fused
+    for shape in ([64, 2048], [4, 16, 1024]):
+        logits = tf.random.stateless_normal(shape, [1, 2]) * 8
+        labels = tf.random.stateless_uniform(shape[:-1], [3, 4], 0, shape[-1], tf.int32)
+        weights = tf.random.stateless_uniform(shape[:-1], [5, 6])
+        assert fused.fusable(logits)
+        results = []
+        for fn in (fused.sparse_softmax_cross_entropy,
+                   lambda y, x: tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=x)):
+            with tf.GradientTape() as tape:
+                tape.watch(logits)
+                ce = fn(labels, logits)
+                loss = tf.reduce_sum(ce * weights)
+            results.append((ce.numpy(), tape.gradient(loss, logits).numpy()))
+        assert results[0][0].shape == tuple(shape[:-1])
+        np.testing.assert_allclose(results[0][0], results[1][0], rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(results[0][1], results[1][1], rtol=1e-5, atol=1e-6)

@@ -18,10 +18,15 @@ Decisions:
   (~0.1-0.5 s) would not pay back there, and SavedModels stay free of XLA calls.
 - Each fused function saves only its inputs (and per-row statistics) for the backward pass, which
   recomputes the rest inside the fused loop: activation memory stays that of the op-by-op custom gradients.
-- Dropout: the random numbers stay TensorFlow's (`stateless_uniform` from the layer's Keras seed generator,
-  exactly what `keras.layers.Dropout` draws: XLA's own RNG on a CPU is ~50x slower); only the compare, scale
-  and select after them are fused (forward and backward one pass each instead of three), so the output is
-  bit-for-bit Keras' and the kept mask (1 byte per element) is what the backward pass keeps, as TF's does.
+- Dropout: the keep/drop decision of each element is a counter-based hash of (seed, element index),
+  computed inside the fused loop: no random tensor is written or read and no mask is stored, because the
+  backward pass recomputes the same decisions from the seed. The seed is drawn from the layer's Keras
+  seed generator exactly as `keras.layers.Dropout` draws its own, so runs are reproducible and every call
+  gets fresh decisions. Why not TensorFlow's random ops: Philox filling a float tensor cost ~5 % of a
+  BERT-base fp32 step on the CPU (benchmarks/README.md), and XLA's own RNG on a CPU is ~50x slower still.
+  The hash (two rounds of a 32-bit integer mixer) is not cryptographic; dropout needs only independent
+  Bernoulli(1 - rate) decisions, and tests check their rate and independence across positions and calls.
+  The probability is exact to 2^-32 (threshold on the 32-bit value); the scale is 1 / (1 - rate) as Keras'.
 """
 from __future__ import annotations
 
@@ -112,36 +117,103 @@ def softmax_backward(probs, dy):
 _softmax_backward_xla = xla(softmax_backward)
 
 
+# ------------------------------------------------------------------------------ cross-entropy
+def _cross_entropy_forward(logits, labels):
+    top = tf.reduce_max(logits, -1, keepdims=True)
+    log_sum = tf.math.log(tf.reduce_sum(tf.exp(logits - top), -1)) + top[:, 0]
+    return log_sum - tf.gather(logits, labels[:, None], batch_dims=1)[:, 0], log_sum
+
+
+def _cross_entropy_backward(logits, labels, log_sum, dy):
+    probs = tf.exp(logits - log_sum[:, None])
+    return (probs - tf.one_hot(labels, tf.shape(logits)[1], dtype=logits.dtype)) * dy[:, None]
+
+
+_cross_entropy_forward_xla = xla(_cross_entropy_forward)
+_cross_entropy_backward_xla = xla(_cross_entropy_backward)
+
+
+def sparse_softmax_cross_entropy(labels: tf.Tensor, logits: tf.Tensor) -> tf.Tensor:
+    """`tf.nn.sparse_softmax_cross_entropy_with_logits` (same formula, float32 logits), fused on a large
+    logits tensor: the MLM's `[predictions, vocab]` log-softmax, ~2.5x fewer CPU-seconds than TensorFlow's
+    kernel. Labels must lie in [0, vocab) (TensorFlow's kernel checks that; this path does not)."""
+    if not (fusable(logits) and logits.dtype == tf.float32):
+        return tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
+    shape = tf.shape(labels)
+    flat_labels = tf.reshape(tf.cast(labels, tf.int32), [-1])
+
+    @tf.custom_gradient
+    def run(flat_logits):
+        ce, log_sum = _cross_entropy_forward_xla(flat_logits, flat_labels)
+        return ce, lambda dy: _cross_entropy_backward_xla(flat_logits, flat_labels, log_sum, dy)
+
+    return tf.reshape(run(tf.reshape(logits, [-1, logits.shape[-1]])), shape)
+
+
 # ----------------------------------------------------------------------------------------- dropout
-def dropout_forward(x, uniform, rate, scale):
-    keep = uniform >= rate
-    return tf.where(keep, x * scale, tf.zeros_like(x)), keep
+_GOLDEN = 0x9E3779B9  # 2^32 / golden ratio: decorrelates the two key words
 
 
-def dropout_backward(dy, keep, scale):
-    return tf.where(keep, dy * scale, tf.zeros_like(dy))
+def _mix32(x: tf.Tensor) -> tf.Tensor:
+    """A bijective 32-bit integer mixer (xor-shift / multiply rounds, constants from Wellons'
+    hash-prospector "lowbias32"): each input bit flips each output bit with probability ~1/2."""
+    x = tf.bitwise.bitwise_xor(x, tf.bitwise.right_shift(x, 16))
+    x = x * tf.constant(0x7FEB352D, tf.uint32)
+    x = tf.bitwise.bitwise_xor(x, tf.bitwise.right_shift(x, 15))
+    x = x * tf.constant(0x846CA68B, tf.uint32)
+    return tf.bitwise.bitwise_xor(x, tf.bitwise.right_shift(x, 16))
 
 
-_dropout_forward_xla = xla(dropout_forward)
-_dropout_backward_xla = xla(dropout_backward)
+def dropout_keys(seed: tf.Tensor) -> tf.Tensor:
+    """Two uint32 key words from a stateless seed (`[2]` int32 or int64: every bit counts)."""
+    words = tf.reshape(tf.bitcast(seed, tf.uint32) if seed.dtype.size == 8 else
+                       tf.bitcast(tf.cast(seed, tf.int32), tf.uint32), [-1])
+    golden = tf.constant(_GOLDEN, tf.uint32)
+    key = _mix32(words[0] + golden)
+    for i in range(1, words.shape[0]):
+        key = _mix32(tf.bitwise.bitwise_xor(key, words[i]) + golden)
+    return tf.stack([key, _mix32(key + golden)])
+
+
+def dropout_keep(shape: tf.TensorShape, keys: tf.Tensor, threshold: tf.Tensor) -> tf.Tensor:
+    """bool `shape`: element i is kept when hash(keys, i) >= threshold (= rate * 2^32)."""
+    index = tf.bitcast(tf.range(shape.num_elements(), dtype=tf.int32), tf.uint32)
+    bits = _mix32(tf.bitwise.bitwise_xor(_mix32(index + keys[0]), keys[1]))
+    return tf.reshape(bits >= threshold, shape)
+
+
+def dropout_apply(x, keys, threshold, scale):
+    """Forward and backward alike: x * scale where kept, 0 elsewhere (one fused loop, mask recomputed)."""
+    return tf.where(dropout_keep(x.shape, keys, threshold), x * scale, tf.zeros_like(x))
+
+
+_dropout_apply_xla = xla(dropout_apply)
+
+
+def stateless_dropout(x: tf.Tensor, rate: float, seed: tf.Tensor) -> tf.Tensor:
+    """Inverted dropout of `x` decided by `seed` (`[2]` ints): on a fusable tensor the counter hash fused
+    with the scaling, else `tf.nn.experimental.stateless_dropout` (same rate and scale, other draws)."""
+    if not (0 < rate < 1 and fusable(x)):
+        return tf.nn.experimental.stateless_dropout(x, rate=rate, seed=seed)
+    keys = dropout_keys(seed)
+    threshold = tf.constant(min(round(rate * 2.0 ** 32), 2 ** 32 - 1), tf.uint32)
+    scale = tf.constant(1.0 / (1.0 - rate), x.dtype)
+
+    @tf.custom_gradient
+    def run(value):
+        return (_dropout_apply_xla(value, keys, threshold, scale),
+                lambda dy: _dropout_apply_xla(dy, keys, threshold, scale))
+
+    return run(x)
 
 
 class Dropout(tf.keras.layers.Dropout):
-    """Keras' Dropout (same seed generator, same random numbers, same output) with the elementwise part
-    fused on a fusable tensor (see the module docstring)."""
+    """Keras' Dropout (same seed generator, rate and scale); on a fusable tensor in training the
+    decisions come from `stateless_dropout`'s counter hash (see the module docstring)."""
 
     def call(self, inputs, training=False):
         if not (training is True and 0 < self.rate < 1 and self.noise_shape is None and fusable(inputs)):
             return super().call(inputs, training=training)
         from keras.src.backend.tensorflow import random as keras_tf_random  # Keras' own seed handling
-        seed = keras_tf_random._cast_seed(keras_tf_random.draw_seed(self.seed_generator))
-        uniform = tf.random.stateless_uniform(tf.shape(inputs), seed=seed, dtype=inputs.dtype)
-        rate = tf.constant(self.rate, inputs.dtype)
-        scale = tf.constant(1.0 / (1.0 - self.rate), inputs.dtype)
-
-        @tf.custom_gradient
-        def run(x):
-            y, keep = _dropout_forward_xla(x, uniform, rate, scale)
-            return y, lambda dy: _dropout_backward_xla(dy, keep, scale)
-
-        return run(inputs)
+        return stateless_dropout(inputs, self.rate,
+                                 keras_tf_random._cast_seed(keras_tf_random.draw_seed(self.seed_generator)))

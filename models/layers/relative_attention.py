@@ -58,7 +58,7 @@ def dropout(x: tf.Tensor, rate: float, seed: tf.Tensor | None, training: bool) -
         return x
     if seed is None:
         raise ValueError("dropout during training needs a seed (pass `seed=` to the layer call)")
-    return tf.nn.experimental.stateless_dropout(x, rate=rate, seed=seed)
+    return fused.stateless_dropout(x, rate, seed)
 
 
 # ----------------------------------------------------------------------------------------------
