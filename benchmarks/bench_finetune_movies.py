@@ -180,7 +180,8 @@ def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--work", default="/tmp/textrain_ft_movies")
     ap.add_argument("--corpus", default="wikipedia_sample,fortunes_quotes,lee_news",
-                    help="comma list of ../shared/corpora/en/<name>.txt.gz files to pretrain on")
+                    help="comma list of ../shared/corpora/en/<name>.txt.gz files to pretrain on ('': none, "
+                         "with --task_text: task-adaptive pretraining alone)")
     ap.add_argument("--task_text", type=int, default=0,
                     help="task-adaptive pretraining: add the movie TRAIN split's sentences (labels dropped, dev "
                          "untouched) this many times to the pretraining corpus, one sentence per document (0: none)")
@@ -249,10 +250,13 @@ def main() -> None:
     save()
 
     # ---- pretraining data (one vocab for both models and for fine-tuning)
-    corpus = ",".join(os.path.join(CORPORA, "en", f"{n}.txt.gz") for n in args.corpus.split(","))
+    if not args.corpus and not args.task_text:
+        raise SystemExit("--corpus '' (no en/ text) needs --task_text: there would be nothing to pretrain on")
+    corpus = [os.path.join(CORPORA, "en", f"{n}.txt.gz") for n in filter(None, args.corpus.split(","))]
     if args.task_text:
         write_task_text(train, w("movies", "train_text.txt"), args.task_text)
-        corpus += "," + w("movies", "train_text.txt")
+        corpus.append(w("movies", "train_text.txt"))
+    corpus = ",".join(corpus)
     vocab = w("data", "bert_pretrain", "vocab.txt")
     common_gen = ["--max_seq_length=64", "--num_workers=2", "--seed=1", f"--input_file={corpus}"]
     if "bert" in only or "electra" in only:
