@@ -193,7 +193,7 @@ _dropout_apply_xla = xla(dropout_apply)
 def stateless_dropout(x: tf.Tensor, rate: float, seed: tf.Tensor) -> tf.Tensor:
     """Inverted dropout of `x` decided by `seed` (`[2]` ints): on a fusable tensor the counter hash fused
     with the scaling, else `tf.nn.experimental.stateless_dropout` (same rate and scale, other draws)."""
-    if not (0 < rate < 1 and fusable(x)):
+    if not (0 < rate < 1 and fusable(x) and x.shape.num_elements() < 2 ** 31):  # int32 element index
         return tf.nn.experimental.stateless_dropout(x, rate=rate, seed=seed)
     keys = dropout_keys(seed)
     threshold = tf.constant(min(round(rate * 2.0 ** 32), 2 ** 32 - 1), tf.uint32)
