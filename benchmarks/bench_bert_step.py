@@ -74,8 +74,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--peer_python", default=PEER_PYTHON, help="the interpreter that has keras-hub")
     parser.add_argument("--profile", default="", help="ours only: profile one step into this folder and "
                         "print the op types that took the time")
+    parser.add_argument("--dropout", type=float, default=-1.0, help="ours only: hidden and attention dropout "
+                        "rate instead of the preset's 0.1 (--dropout=0 with --sides=ours: what dropout costs)")
     parser.add_argument("--child", default="", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.dropout >= 0 and "peer" in args.sides.split(",") and not args.child:
+        parser.error("--dropout changes our side only: use it with --sides=ours")
     for name in filter(None, args.configs.split(",")):
         if name not in CONFIGS:
             parser.error(f"--configs: unknown {name!r}; known: {', '.join(CONFIGS)}")
@@ -121,7 +125,9 @@ def child_ours(args: argparse.Namespace) -> dict:
     from models.bert import BertConfig, BertPretrainer
     s = shapes(args)
     precision, xla = CONFIGS[args.child.split(":")[1]]
-    config = BertConfig.preset(args.size, vocab_size=s["vocab"], num_hidden_layers=s["layers"])
+    rates = ({"hidden_dropout_prob": args.dropout, "attention_probs_dropout_prob": args.dropout}
+             if args.dropout >= 0 else {})
+    config = BertConfig.preset(args.size, vocab_size=s["vocab"], num_hidden_layers=s["layers"], **rates)
     trainer, model_dir = step_bench.make_trainer(lambda: BertPretrainer(config), make_batch(s),
                                                  precision=precision, jit_compile=xla)
     try:
@@ -204,7 +210,7 @@ def peer_available(python: str) -> bool:
 def run_side(args: argparse.Namespace, side: str, config: str, python: str) -> dict:
     argv = [python, os.path.abspath(__file__), f"--child={side}:{config}"] + [
         f"--{k}={getattr(args, k)}" for k in ("size", "num_layers", "seq_len", "batch", "predictions", "vocab_size",
-                                               "steps", "warmup")]
+                                               "steps", "warmup", "dropout")]
     if args.profile and side == "ours":
         argv.append(f"--profile={os.path.join(args.profile, config)}")
     measured = same_run.run_measured(argv, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))

@@ -168,11 +168,18 @@ def bow_logistic_regression(train: list, dev: list, steps: int = 1000, lr: float
 
     x, y = featurise(train)
     xd, yd = featurise(dev)
+    return logistic_regression_accuracy(x, y, xd, yd, steps, lr, l2)
+
+
+def logistic_regression_accuracy(x: np.ndarray, y: np.ndarray, x_dev: np.ndarray, y_dev: np.ndarray,
+                                 steps: int = 1000, lr: float = 1.0, l2: float = 1e-4) -> float:
+    """Dev accuracy of a binary logistic regression on features `x` (bias column included by the caller),
+    full-batch gradient descent with L2; labels 0/1."""
     w = np.zeros(x.shape[1], np.float32)
     for _ in range(steps):
         p = 1.0 / (1.0 + np.exp(-(x @ w)))
         w -= lr * (x.T @ (p - y) / len(y) + l2 * w)
-    return float(np.mean(((xd @ w) > 0) == (yd > 0.5)))
+    return float(np.mean(((x_dev @ w) > 0) == (y_dev > 0.5)))
 
 
 # ------------------------------------------------------------------------------------------- runs

@@ -135,8 +135,8 @@ _cross_entropy_backward_xla = xla(_cross_entropy_backward)
 
 def sparse_softmax_cross_entropy(labels: tf.Tensor, logits: tf.Tensor) -> tf.Tensor:
     """`tf.nn.sparse_softmax_cross_entropy_with_logits` (same formula, float32 logits), fused on a large
-    logits tensor: the MLM's `[predictions, vocab]` log-softmax, ~2.5x fewer CPU-seconds than TensorFlow's
-    kernel. Labels must lie in [0, vocab) (TensorFlow's kernel checks that; this path does not)."""
+    logits tensor: the MLM's `[predictions, vocab]` log-softmax, where TensorFlow's kernel costs more CPU
+    than one fused pass each way. Labels must lie in [0, vocab) (TensorFlow's kernel checks that; this path does not)."""
     if not (fusable(logits) and logits.dtype == tf.float32):
         return tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
     shape = tf.shape(labels)
