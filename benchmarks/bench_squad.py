@@ -275,7 +275,7 @@ FINETUNE = {
 
 def finetune(model: str, work_dir: str, train_path: str, dev_path: str, vocab: str, sp_model: str,
              steps: int, batch: int, lr: float, seed: int = 1, init: str = "", lower_case: bool = False,
-             layerwise_decay: float = 1.0) -> dict:
+             layerwise_decay: float = 1.0, eval_every: int = 0) -> dict:
     """Fine-tune one model through the CLI; the result is cached in its run directory (result.json),
     keyed by the run's settings (a changed question set gets a new --work_dir subfolder). `init`: a
     textrain pretraining run (its model_dir) to start from, with its own `vocab` and `lower_case`."""
@@ -300,20 +300,25 @@ def finetune(model: str, work_dir: str, train_path: str, dev_path: str, vocab: s
               f"finetune.learning_rate={lr}", "finetune.warmup_proportion=0.1",
               f"finetune.layerwise_lr_decay={layerwise_decay}",
               "finetune.eval_batch_size=64", "finetune.do_predict=False", "finetune.log_steps=100",
-              f"finetune.eval_every_steps={max(steps // 2, 1)}", f"finetune.data_dir='{run_dir}/data'", f"finetune.model_dir='{run_dir}/model'",
+              f"finetune.eval_every_steps={eval_every or max(steps // 2, 1)}", f"finetune.data_dir='{run_dir}/data'", f"finetune.model_dir='{run_dir}/model'",
               f"finetune.seed={seed}"]
     cmd = ["nice", "-n", "10", sys.executable, "-m", "trainers.finetune", f"--gin_file=configs/{gin_file}",
            *[f"--gin_param={p}" for p in params]]
     print("[B] $ nice -n 10 python3 -m trainers.finetune " + " ".join(f'"{c}"' if " " in c else c for c in cmd[6:]),
           flush=True)
     start, cpu0 = time.time(), _children_cpu()
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True,
-                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    os.makedirs(run_dir, exist_ok=True)
+    log_path = os.path.join(run_dir, "log.txt")
+    with open(log_path, "w") as log:
+        returncode = subprocess.run(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, text=True,
+                                    env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")).returncode
     wall, cpu = time.time() - start, _children_cpu() - cpu0
-    if proc.returncode != 0:
-        print(proc.stderr[-3000:])
-        raise SystemExit(f"fine-tuning {model} failed")
-    summary = json.loads([line for line in proc.stdout.splitlines() if line.startswith("final ")][-1][6:])
+    with open(log_path) as f:
+        output = f.read()
+    if returncode != 0:
+        print(output[-3000:])
+        raise SystemExit(f"fine-tuning {model} failed (its log: {log_path})")
+    summary = json.loads([line for line in output.splitlines() if line.startswith("final ")][-1][6:])
     dev = summary["eval"]["dev"]
     result = {"f1": dev["f1"], "exact_match": dev["exact_match"], "wall_s": wall, "cpu_s": cpu,
               "steps": steps, "batch": batch, "learning_rate": lr, "seed": seed,
@@ -357,6 +362,8 @@ def main() -> None:
                         "learned here); give the pretraining run's vocab with --init")
     parser.add_argument("--do_lower_case", action="store_true", help="with --vocab_file: an uncased vocab")
     parser.add_argument("--layerwise_lr_decay", type=float, default=1.0)
+    parser.add_argument("--eval_every", type=int, default=0,
+                        help="steps between dev evaluations (0: half way and at the end); not part of the run's cache key")
     args = parser.parse_args()
     inits = dict(item.split("=", 1) for item in args.init.split(",") if item)
     if not os.path.exists(SQUAD_LIKE) or not os.path.exists(WIKI):
@@ -390,7 +397,7 @@ def main() -> None:
     for model in [m for m in args.finetune.split(",") if m]:
         r = finetune(model, qa_dir, paths["train"], paths["dev"], vocab, sp_model, _steps(args.train_steps, model),
                      args.batch, args.learning_rate, args.seed, inits.get(model, ""), lower_case,
-                     args.layerwise_lr_decay)
+                     args.layerwise_lr_decay, args.eval_every)
         init = "random init" if model not in inits else f"from {inits[model]}"
         print(f"[B] {model} ({init}, {r['steps']} steps x {r['batch']}, lr {r['learning_rate']:g}, "
               f"{r['train_windows']} train windows): dev EM {r['exact_match']:.1f} F1 {r['f1']:.1f} "
