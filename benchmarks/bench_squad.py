@@ -36,8 +36,9 @@ Part B (--finetune): an extractive QA set made from real text, then textrain-fin
   Models are fine-tuned FROM RANDOM INITIALISATION (no pretrained checkpoint is available on this machine)
   with the tiny presets (2 layers, hidden 128), max_seq_length 128, doc_stride 64, max_query_length 64,
   --train_steps x --batch at --learning_rate (10% warmup, no layer-wise decay), one --seed, an evaluation
-  at half way and at the end, through the command printed for each run (cached: a run directory holding
-  result.json is not run again). BERT and ELECTRA read a CASED WordPiece vocabulary learned from the same
+  at half way and at the end (or every --eval_every steps), through the command printed for each run, its
+  output in the run directory's log.txt (cached: a run directory holding result.json is not run again;
+  an interrupted run resumes from its last checkpoint). BERT and ELECTRA read a CASED WordPiece vocabulary learned from the same
   text (as BERT-Base cased): a "what" answer is by definition a capitalised run, which an uncased
   vocabulary hides from the model (XLNet's SentencePiece model keeps case). The default steps
   (bert=4000, electra=3000, xlnet=3000: about 15 CPU-minutes each on the loaded 2-core machine) are the
