@@ -282,6 +282,8 @@ def finetune(model: str, work_dir: str, train_path: str, dev_path: str, vocab: s
     textrain pretraining run (its model_dir) to start from, with its own `vocab` and `lower_case`."""
     gin_file, extra = FINETUNE[model]
     tag = f"_from_{os.path.basename(os.path.normpath(init))}_{hashlib.sha1(init.encode()).hexdigest()[:6]}" if init else ""
+    if layerwise_decay != 1.0:  # a different run: it must not resume (or reuse) another decay's checkpoints
+        tag += f"_lwd{layerwise_decay:g}"
     run_dir = os.path.join(work_dir, f"run_{model}{tag}_{steps}x{batch}_lr{lr:g}_seed{seed}")
     cached = os.path.join(run_dir, "result.json")
     if os.path.exists(cached):
