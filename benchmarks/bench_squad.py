@@ -37,12 +37,12 @@ Part B (--finetune): an extractive QA set made from real text, then textrain-fin
   with the tiny presets (2 layers, hidden 128), max_seq_length 128, doc_stride 64, max_query_length 64,
   --train_steps x --batch at --learning_rate (10% warmup, no layer-wise decay), one --seed, an evaluation
   at half way and at the end (or every --eval_every steps), through the command printed for each run, its
-  output in the run directory's log.txt (cached: a run directory holding result.json is not run again;
-  an interrupted run resumes from its last checkpoint). BERT and ELECTRA read a CASED WordPiece vocabulary learned from the same
-  text (as BERT-Base cased): a "what" answer is by definition a capitalised run, which an uncased
-  vocabulary hides from the model (XLNet's SentencePiece model keeps case). The default steps
-  (bert=4000, electra=3000, xlnet=3000: about 15 CPU-minutes each on the loaded 2-core machine) are the
-  protocol reported in benchmarks/README.md. The wall-clock and CPU-seconds of each run are printed; the
+  output appended to the run directory's log.txt (cached: a run directory holding result.json is not run
+  again; an interrupted run resumes from its last checkpoint, its log kept). BERT and ELECTRA read a CASED
+  WordPiece vocabulary learned from the same text (as BERT-Base cased): a "what" answer is by definition a
+  capitalised run, which an uncased vocabulary hides from the model (XLNet's SentencePiece model keeps
+  case). The default steps (bert=4000, electra=3000, xlnet=3000: about 15 CPU-minutes each on the loaded
+  2-core machine) are the protocol reported in benchmarks/README.md. The wall-clock and CPU-seconds of each run are printed; the
   dev EM/F1 are the official v1.1 metrics reported by the fine-tuning run's final evaluation, followed by
   a table of models and baselines.
   --init=electra=DIR (and --vocab_file/--do_lower_case of that run) starts a model from a textrain
@@ -279,7 +279,8 @@ def finetune(model: str, work_dir: str, train_path: str, dev_path: str, vocab: s
              layerwise_decay: float = 1.0, eval_every: int = 0) -> dict:
     """Fine-tune one model through the CLI; the result is cached in its run directory (result.json),
     keyed by the run's settings (a changed question set gets a new --work_dir subfolder). `init`: a
-    textrain pretraining run (its model_dir) to start from, with its own `vocab` and `lower_case`."""
+    textrain pretraining run (its model_dir) to start from, with its own `vocab` and `lower_case`.
+    `eval_every`: steps between dev evaluations (0: half way and at the end)."""
     gin_file, extra = FINETUNE[model]
     tag = f"_from_{os.path.basename(os.path.normpath(init))}_{hashlib.sha1(init.encode()).hexdigest()[:6]}" if init else ""
     if layerwise_decay != 1.0:  # a different run: it must not resume (or reuse) another decay's checkpoints
@@ -303,7 +304,8 @@ def finetune(model: str, work_dir: str, train_path: str, dev_path: str, vocab: s
               f"finetune.learning_rate={lr}", "finetune.warmup_proportion=0.1",
               f"finetune.layerwise_lr_decay={layerwise_decay}",
               "finetune.eval_batch_size=64", "finetune.do_predict=False", "finetune.log_steps=100",
-              f"finetune.eval_every_steps={eval_every or max(steps // 2, 1)}", f"finetune.data_dir='{run_dir}/data'", f"finetune.model_dir='{run_dir}/model'",
+              f"finetune.eval_every_steps={eval_every or max(steps // 2, 1)}",
+              f"finetune.data_dir='{run_dir}/data'", f"finetune.model_dir='{run_dir}/model'",
               f"finetune.seed={seed}"]
     cmd = ["nice", "-n", "10", sys.executable, "-m", "trainers.finetune", f"--gin_file=configs/{gin_file}",
            *[f"--gin_param={p}" for p in params]]
@@ -312,7 +314,7 @@ def finetune(model: str, work_dir: str, train_path: str, dev_path: str, vocab: s
     start, cpu0 = time.time(), _children_cpu()
     os.makedirs(run_dir, exist_ok=True)
     log_path = os.path.join(run_dir, "log.txt")
-    with open(log_path, "w") as log:
+    with open(log_path, "a") as log:  # appended: a resumed run keeps the evaluations of its earlier part
         returncode = subprocess.run(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, text=True,
                                     env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")).returncode
     wall, cpu = time.time() - start, _children_cpu() - cpu0
@@ -366,7 +368,8 @@ def main() -> None:
     parser.add_argument("--do_lower_case", action="store_true", help="with --vocab_file: an uncased vocab")
     parser.add_argument("--layerwise_lr_decay", type=float, default=1.0)
     parser.add_argument("--eval_every", type=int, default=0,
-                        help="steps between dev evaluations (0: half way and at the end); not part of the run's cache key")
+                        help="steps between dev evaluations (0: half way and at the end); "
+                        "not part of the run's cache key")
     args = parser.parse_args()
     inits = dict(item.split("=", 1) for item in args.init.split(",") if item)
     if not os.path.exists(SQUAD_LIKE) or not os.path.exists(WIKI):
