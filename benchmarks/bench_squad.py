@@ -42,9 +42,9 @@ Part B (--finetune): an extractive QA set made from real text, then textrain-fin
   WordPiece vocabulary learned from the same text (as BERT-Base cased): a "what" answer is by definition a
   capitalised run, which an uncased vocabulary hides from the model (XLNet's SentencePiece model keeps
   case). The default steps (bert=4000, electra=3000, xlnet=3000: about 15 CPU-minutes each on the loaded
-  2-core machine) are the protocol reported in benchmarks/README.md. The wall-clock and CPU-seconds of each run are printed; the
-  dev EM/F1 are the official v1.1 metrics reported by the fine-tuning run's final evaluation, followed by
-  a table of models and baselines.
+  2-core machine) are the protocol reported in benchmarks/README.md. The wall-clock and CPU-seconds of
+  each run are printed; the dev EM/F1 are the official v1.1 metrics reported by the fine-tuning run's final
+  evaluation, followed by a table of models and baselines.
   --init=electra=DIR (and --vocab_file/--do_lower_case of that run) starts a model from a textrain
   pretraining run instead (e.g. the tiny ELECTRA of bench_finetune_movies.py: its encoder has the
   tiny preset's shape), through `finetune.init_checkpoint`, everything else the same.
