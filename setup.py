@@ -1,7 +1,7 @@
 """textrain: a TensorFlow 2 training framework with pluggable data problems."""
 import os
 
-from setuptools import setup
+from setuptools import find_packages, setup
 
 # The CPU build by default (CI, laptops). GPU users install with
 #   TEXTRAIN_TF="tensorflow[and-cuda]" pip install .
@@ -13,10 +13,15 @@ setup(
     version="0.1.0",
     description="Pluggable data problems, BERT / ELECTRA / XLNet models and tf.distribute trainers.",
     python_requires=">=3.11",
-    packages=["framework", "problems", "models", "models.layers", "trainers"],
-    package_data={"": ["*.gin"]},
+    # One import name of its own: the repository root is the package `textrain`, its folders the subpackages
+    # (`textrain.framework`, ...), so nothing generic (`framework`, `models`) lands in site-packages.
+    package_dir={"textrain": "."},
+    packages=["textrain"] + [f"textrain.{p}" for p in find_packages(include=[
+        "framework", "framework.*", "problems", "problems.*", "models", "models.*", "trainers", "trainers.*"])],
+    # configs/ ships in the wheel: `--gin_file=bert_base.gin` resolves by name from the installed package.
+    package_data={"textrain": ["configs/*.gin", "configs/*.flags", "configs/README.md"]},
     install_requires=[
-                f"{_TF}==2.21.*",
+        f"{_TF}==2.21.*",
         "sentencepiece>=0.2",
         "numpy>=1.26",
         "absl-py>=2.1",
@@ -43,12 +48,12 @@ setup(
     },
     entry_points={
         "console_scripts": [
-            "textrain-datagen=framework.datagen:run",
-            "textrain-train-gpu=trainers.train_gpu:run",
-            "textrain-train-tpu=trainers.train_tpu:run",
-            "textrain-finetune=trainers.finetune:run",
-            "textrain-decode=trainers.decode:run",
-            "textrain-avg-checkpoints=trainers.avg_checkpoints:run",
+            "textrain-datagen=textrain.framework.datagen:run",
+            "textrain-train-gpu=textrain.trainers.train_gpu:run",
+            "textrain-train-tpu=textrain.trainers.train_tpu:run",
+            "textrain-finetune=textrain.trainers.finetune:run",
+            "textrain-decode=textrain.trainers.decode:run",
+            "textrain-avg-checkpoints=textrain.trainers.avg_checkpoints:run",
         ],
     },
 )

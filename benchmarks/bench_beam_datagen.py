@@ -127,7 +127,7 @@ class TreeMonitor(threading.Thread):
 
 
 def run_config(name: str, args: list[str], data_dir: str) -> dict:
-    cmd = [sys.executable, "-m", "framework.datagen", f"--data_dir={data_dir}", *args]
+    cmd = [sys.executable, "-m", "textrain.framework.datagen", f"--data_dir={data_dir}", *args]
     start = time.time()
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     monitor = TreeMonitor(proc.pid)
@@ -179,7 +179,7 @@ def main() -> None:
                   f"--dupe_factor={args.dupe_factor}", "--seed=1"]
         vocab_dir = os.path.join(work, "vocab")
         start = time.time()
-        subprocess.run([sys.executable, "-m", "framework.datagen", f"--data_dir={vocab_dir}", *common,
+        subprocess.run([sys.executable, "-m", "textrain.framework.datagen", f"--data_dir={vocab_dir}", *common,
                         f"--vocab_size={args.vocab_size}", "--vocab_only"], cwd=ROOT, check=True,
                        capture_output=True)
         print(f"vocabulary (once, launcher): {time.time() - start:.1f}s")

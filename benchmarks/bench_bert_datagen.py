@@ -52,12 +52,12 @@ def settings(args) -> list[str]:
 
 def ours(args, corpus: str, vocab_file: str, workers: int, out_dir: str) -> dict:
     shutil.rmtree(out_dir, ignore_errors=True)
-    code = ("import sys; import problems.bert_pretrain; from framework import datagen; "
+    code = ("import sys; import textrain.problems.bert_pretrain; from textrain.framework import datagen; "
             "sys.argv[0] = 'textrain-datagen'; datagen.run()")
     cmd = [sys.executable, "-c", code, "--problem=bert_pretrain", f"--data_dir={out_dir}",
            f"--input_file={corpus}", f"--vocab_file={vocab_file}", f"--num_workers={workers}", *settings(args)]
     result = same_run.run_measured(cmd, adopt_orphans=True)  # the forkserver's workers count too
-    from framework import records
+    from textrain.framework import records
     manifest = records.read_json(os.path.join(out_dir, "bert_pretrain", "bert_pretrain-train.manifest.json"))
     result.update(instances=manifest["num_examples"], workers=workers)
     return result
@@ -98,7 +98,7 @@ def record_statistics(files: list[str], max_seq_length: int, mask_id: int, limit
 
 
 def compare_statistics(args, vocab_file: str, original_file: str, ours_dir: str) -> None:
-    from framework import text_encoders
+    from textrain.framework import text_encoders
     mask_id = text_encoders.load_wordpiece_vocab(vocab_file)["[MASK]"]
     ours_files = sorted(glob.glob(os.path.join(ours_dir, "bert_pretrain", "*.tfrecord")))
     a = record_statistics([original_file], args.max_seq_length, mask_id)
@@ -112,14 +112,14 @@ def compare_statistics(args, vocab_file: str, original_file: str, ours_dir: str)
 # inputs
 # ----------------------------------------------------------------------------------------------- #
 def corpus_tokens(corpus_path: str, vocab_file: str) -> int:
-    from framework import corpus, text_encoders
+    from textrain.framework import corpus, text_encoders
     encoder = text_encoders.WordpieceEncoder(vocab_file)
     return sum(int(encoder.encode_flat(doc)[1].sum()) for doc in corpus.read_documents(corpus_path))
 
 
 def build_vocab(corpus_path: str, work: str) -> str:
     """Our `prepare` learns the vocab from the corpus (kept in `work`: re-runs reuse it)."""
-    from problems import bert_pretrain as bp
+    from textrain.problems import bert_pretrain as bp
     problem = bp.BertPretrain(bp.BertPretrainHParams(input_file=corpus_path))
     problem.prepare(work, work)
     return problem.vocab_path(work)
@@ -127,9 +127,9 @@ def build_vocab(corpus_path: str, work: str) -> str:
 
 def breakdown(args, corpus_path: str, vocab_file: str, num_shards: int) -> None:
     """CPU seconds of each stage of ours over all shards, in this process."""
-    from framework import corpus, records
-    from framework.text_problems import document_selector
-    from problems import bert_pretrain as bp
+    from textrain.framework import corpus, records
+    from textrain.framework.text_problems import document_selector
+    from textrain.problems import bert_pretrain as bp
     hp = bp.BertPretrainHParams(input_file=corpus_path, vocab_file=vocab_file, dupe_factor=args.dupe_factor,
                                 max_seq_length=args.max_seq_length, max_predictions_per_seq=PREDS)
     problem = bp.BertPretrain(hp)
@@ -217,7 +217,7 @@ def main() -> None:
         compare_statistics(args, inputs[big][1], os.path.join(work, f"original_{tag}.tfrecord"),
                            os.path.join(work, f"ours_{tag}_w{workers[0]}"))
     if args.breakdown:
-        from problems import bert_pretrain as bp
+        from textrain.problems import bert_pretrain as bp
         breakdown(args, *inputs[sizes[0]], bp.BertPretrain.train_shards)
 
 

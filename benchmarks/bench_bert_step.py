@@ -122,7 +122,7 @@ def make_batch(s: dict[str, int]) -> dict:
 
 # ------------------------------------------------------------------------------------------- children
 def child_ours(args: argparse.Namespace) -> dict:
-    from models.bert import BertConfig, BertPretrainer
+    from textrain.models.bert import BertConfig, BertPretrainer
     s = shapes(args)
     precision, xla = CONFIGS[args.child.split(":")[1]]
     rates = ({"hidden_dropout_prob": args.dropout, "attention_probs_dropout_prob": args.dropout}

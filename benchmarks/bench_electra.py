@@ -48,8 +48,8 @@ SETTINGS = dict(max_seq_length=128)  # lower-case, blank lines separate document
 
 def corpus_tokens(corpus: str, vocab: str) -> int:
     """WordPiece tokens of the corpus's non-empty lines with our encoder (the rates' numerator)."""
-    from framework import corpus as corpus_lib
-    from framework.text_encoders import WordpieceEncoder
+    from textrain.framework import corpus as corpus_lib
+    from textrain.framework.text_encoders import WordpieceEncoder
     encoder = WordpieceEncoder(vocab, do_lower_case=True)
     return sum(len(ids) for doc in corpus_lib.read_documents([corpus]) for ids in encoder.encode_batch(doc))
 
@@ -91,7 +91,7 @@ def run_ours(corpus: str, vocab: str, work: str, tag: str, workers: int, repo: s
     data_dir = os.path.join(work, f"ours_{tag}_w{workers}" + ("" if repo == REPO else "_baseline"))
     shutil.rmtree(data_dir, ignore_errors=True)
     result = same_run.run_measured([
-        sys.executable, "-m", "framework.datagen", "--problem=electra_pretrain", f"--data_dir={data_dir}",
+        sys.executable, "-m", "textrain.framework.datagen", "--problem=electra_pretrain", f"--data_dir={data_dir}",
         f"--input_file={corpus}", f"--vocab_file={vocab}", f"--num_workers={workers}",
         f"--max_seq_length={SETTINGS['max_seq_length']}", "--do_lower_case", "--blanks_separate_docs"],
         cwd=repo, adopt_orphans=True)
@@ -103,7 +103,7 @@ def run_ours(corpus: str, vocab: str, work: str, tag: str, workers: int, repo: s
 
 def bench_datagen(args, work: str) -> str:
     """The same-run comparison; returns the data_dir of ours' 1-worker run on the big corpus (for the step)."""
-    from problems.electra_pretrain import ElectraPretrain, ElectraPretrainHParams
+    from textrain.problems.electra_pretrain import ElectraPretrain, ElectraPretrainHParams
     os.makedirs(work, exist_ok=True)
     sizes = [mb for mb in (args.small_mb, args.mb) if mb > 0]
     corpora = {mb: same_run.plain_corpus(os.path.join(work, f"en_{mb:g}mb.txt"), mb) for mb in sizes}
@@ -181,7 +181,7 @@ def electra_step_flops(config, batch_size: int, seq_len: int = 128) -> float:
     """Model FLOPs of one ELECTRA training step (2 per multiply-add, backward = 2 x forward): generator and
     discriminator encoders, their embedding projections, the generator's MLM head on the masked slots and
     the discriminator's per-token head."""
-    from models.electra import ElectraObjective
+    from textrain.models.electra import ElectraObjective
 
     def encoder(layers: int, h: int, inner: int) -> float:
         return layers * (batch_size * seq_len * (8 * h * h + 4 * h * inner) + batch_size * 4 * seq_len ** 2 * h)
@@ -201,9 +201,9 @@ def step_batch(data_dir: str | None, batch_size: int):
     """(batch, vocab_size, special ids): the first batch of the records made above, else random ids."""
     import numpy as np
     import tensorflow as tf
-    from framework.problem import DataParams
-    from models import electra
-    from problems.electra_pretrain import ElectraPretrain
+    from textrain.framework.problem import DataParams
+    from textrain.models import electra
+    from textrain.problems.electra_pretrain import ElectraPretrain
 
     if data_dir:
         problem = ElectraPretrain()
@@ -222,7 +222,7 @@ def step_child(data_dir: str | None, mode: str, batch_size: int, steps: int) -> 
     """One mode in this (fresh) process: trainers.core.Trainer's step (benchmarks/step_bench.py), AdamW 5e-4."""
     import shutil
     from benchmarks import step_bench
-    from models import electra
+    from textrain.models import electra
 
     batch, vocab_size, special = step_batch(data_dir, batch_size)
     config = electra.ElectraConfig.preset("small", vocab_size=vocab_size)

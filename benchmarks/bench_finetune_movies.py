@@ -268,12 +268,12 @@ def main() -> None:
     common_gen = ["--max_seq_length=64", "--num_workers=2", "--seed=1", f"--input_file={corpus}"]
     if "bert" in only or "electra" in only:
         if not os.path.exists(w("data", "bert_pretrain", "bert_pretrain-train.manifest.json")):
-            results["datagen_bert"] = run([py, "-m", "framework.datagen", "--problem=bert_pretrain", f"--data_dir={w('data')}",
+            results["datagen_bert"] = run([py, "-m", "textrain.framework.datagen", "--problem=bert_pretrain", f"--data_dir={w('data')}",
                                            f"--vocab_size={args.vocab_size}", "--max_predictions_per_seq=10",
                                            "--dupe_factor=2", *common_gen], w("datagen_bert.log"))
             save()
     if "electra" in only and not os.path.exists(w("data", "electra_pretrain", "electra_pretrain-train.manifest.json")):
-        results["datagen_electra"] = run([py, "-m", "framework.datagen", "--problem=electra_pretrain",
+        results["datagen_electra"] = run([py, "-m", "textrain.framework.datagen", "--problem=electra_pretrain",
                                           f"--data_dir={w('data')}", f"--vocab_file={vocab}", *common_gen],
                                          w("datagen_electra.log"))
         save()
@@ -326,7 +326,7 @@ def main() -> None:
             continue
         results[key] = {**done, "settings": pretrain_settings(args), "partial": True}  # claims the folder
         save()
-        jobs.append(Job(key, [py, "-m", "trainers.train_gpu", *pretrain[name], f"--data_dir={w('data')}",
+        jobs.append(Job(key, [py, "-m", "textrain.trainers.train_gpu", *pretrain[name], f"--data_dir={w('data')}",
                               f"--model_dir={w(key)}", "--max_seq_length=64", "--train_batch_size=64",
                               f"--num_train_steps={args.pretrain_steps}",
                               f"--num_warmup_steps={args.pretrain_steps // 10}", f"--learning_rate={args.pretrain_lr}",
@@ -352,7 +352,7 @@ def main() -> None:
                   "finetune.train_batch_size=32", "finetune.eval_batch_size=64", f"finetune.num_train_epochs={args.epochs}",
                   f"finetune.learning_rate={lr}", "finetune.warmup_proportion=0.1", f"finetune.seed={seed}",
                   "finetune.save_checkpoints_steps=10000", "finetune.log_steps=50", *extra]
-        return Job(key, [py, "-m", "trainers.finetune", *[f"--gin_param={p}" for p in params]], w(f"{key}.log"), after)
+        return Job(key, [py, "-m", "textrain.trainers.finetune", *[f"--gin_param={p}" for p in params]], w(f"{key}.log"), after)
 
     common = {"bert": ["finetune.model_size='tiny'", f"finetune.vocab_file='{vocab}'"],
               "electra": [f"finetune.model_config_file='{electra_config}'", f"finetune.vocab_file='{vocab}'",
@@ -384,7 +384,7 @@ def main() -> None:
         sp = w("movies_sp.model")
         if not os.path.exists(sp):
             sys.path.insert(0, REPO)
-            from framework.text_encoders import train_sentencepiece
+            from textrain.framework.text_encoders import train_sentencepiece
 
             train_sentencepiece(iter(t for t, _ in train), w("movies_sp"), vocab_size=4000, hard_vocab_limit=False)
         job = finetune_job("xlnet_random", "xlnet_classifier", w("ft_data_sp"), args.xlnet_lr, 1,

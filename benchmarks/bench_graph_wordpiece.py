@@ -56,9 +56,9 @@ def main() -> int:
     import tensorflow as tf
     tf.config.threading.set_intra_op_parallelism_threads(1)
     tf.config.threading.set_inter_op_parallelism_threads(1)
-    from framework import text_encoders as te
-    from framework.graph_wordpiece import GraphWordpieceTokenizer
-    from problems.classification import bert_layout
+    from textrain.framework import text_encoders as te
+    from textrain.framework.graph_wordpiece import GraphWordpieceTokenizer
+    from textrain.problems.classification import bert_layout
 
     lines, source = read_lines(args.max_lines)
     print(f"corpus: {source}: {len(lines)} lines, {sum(len(x) for x in lines) / 1e6:.2f} M characters")

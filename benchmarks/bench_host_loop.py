@@ -24,8 +24,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from models.base import StepOutput, Term, TrainableModel  # noqa: E402
-from trainers import core, optimization  # noqa: E402
+from textrain.models.base import StepOutput, Term, TrainableModel  # noqa: E402
+from textrain.trainers import core, optimization  # noqa: E402
 
 
 class Tiny(TrainableModel):

@@ -104,7 +104,7 @@ def inputs(work: str, mb: float) -> dict[str, str]:
 def make_data(case: Case, paths: dict, data_dir: str) -> None:
     """The real datagen CLI, once per problem (a complete split is skipped by datagen itself)."""
     flags = [f.format(**paths) for f in case.datagen]
-    cmd = [sys.executable, "-m", "framework.datagen", f"--problem={case.problem}", f"--data_dir={data_dir}", *flags]
+    cmd = [sys.executable, "-m", "textrain.framework.datagen", f"--problem={case.problem}", f"--data_dir={data_dir}", *flags]
     start = time.time()
     out = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
     if out.returncode:
@@ -116,7 +116,7 @@ def make_data(case: Case, paths: dict, data_dir: str) -> None:
 # child processes
 # ----------------------------------------------------------------------------------------------- #
 def _problem(case: Case, data_dir: str):
-    from framework import registry
+    from textrain.framework import registry
     registry.import_builtins()
     kind = registry.problems.get(case.problem)
     hparams = dataclasses.replace(kind.HParams(), **case.problem_flags)
@@ -127,7 +127,7 @@ def _problem(case: Case, data_dir: str):
 
 
 def _dataset(case: Case, problem, data_dir: str):
-    from framework.problem import DataParams
+    from textrain.framework.problem import DataParams
     params = DataParams(batch_size=case.batch_size, seed=1, **case.params)
     return problem.dataset("train", data_dir, params)
 
@@ -160,8 +160,8 @@ def child_step(case: Case, data_dir: str, size: str, warmup: int, steps: int) ->
 
     import tensorflow as tf
 
-    from framework import registry
-    from models.base import weighted_loss
+    from textrain.framework import registry
+    from textrain.models.base import weighted_loss
     problem = _problem(case, data_dir)
     manifest = problem.read_manifest(data_dir, "train")
     flags = dict(case.tiny if size == "tiny" else case.base)

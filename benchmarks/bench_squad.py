@@ -87,7 +87,7 @@ def wiki_lines(limit: int | None = None) -> list[str]:
 
 def vocabularies(work_dir: str, cased: bool = False) -> tuple[str, str]:
     """(WordPiece vocab, SentencePiece model) learned from the Wikipedia sample, cached in work_dir."""
-    from framework import text_encoders
+    from textrain.framework import text_encoders
     vocab = os.path.join(work_dir, "wiki_vocab_cased.txt" if cased else "wiki_vocab.txt")
     sp_prefix = os.path.join(work_dir, "wiki_sp")
     os.makedirs(work_dir, exist_ok=True)
@@ -104,9 +104,9 @@ def vocabularies(work_dir: str, cased: bool = False) -> tuple[str, str]:
 # Part A
 # ---------------------------------------------------------------------------------------------- #
 def part_a(vocab: str, sp_model: str, path: str = SQUAD_LIKE) -> dict:
-    from framework import text_encoders
-    from problems import qa_postprocess as qp
-    from problems import squad
+    from textrain.framework import text_encoders
+    from textrain.problems import qa_postprocess as qp
+    from textrain.problems import squad
 
     examples = squad.read_squad_examples(path, with_negative=False)
     with open(path) as f:
@@ -238,7 +238,7 @@ def baselines(dev: dict, window: int = 5) -> dict[str, dict]:
     """Dev F1 of the reference rules (module docstring). Their candidates are the spans the question
     rule itself can ask about, of the question's answer type (its wh-phrase), whose text is not already
     in the question."""
-    from problems import qa_postprocess as qp
+    from textrain.problems import qa_postprocess as qp
     import random
     rng = random.Random(0)
     first, overlap, chance = {}, {}, {}
@@ -307,9 +307,9 @@ def finetune(model: str, work_dir: str, train_path: str, dev_path: str, vocab: s
               f"finetune.eval_every_steps={eval_every or max(steps // 2, 1)}",
               f"finetune.data_dir='{run_dir}/data'", f"finetune.model_dir='{run_dir}/model'",
               f"finetune.seed={seed}"]
-    cmd = ["nice", "-n", "10", sys.executable, "-m", "trainers.finetune", f"--gin_file=configs/{gin_file}",
+    cmd = ["nice", "-n", "10", sys.executable, "-m", "textrain.trainers.finetune", f"--gin_file=configs/{gin_file}",
            *[f"--gin_param={p}" for p in params]]
-    print("[B] $ nice -n 10 python3 -m trainers.finetune " + " ".join(f'"{c}"' if " " in c else c for c in cmd[6:]),
+    print("[B] $ nice -n 10 python3 -m textrain.trainers.finetune " + " ".join(f'"{c}"' if " " in c else c for c in cmd[6:]),
           flush=True)
     start, cpu0 = time.time(), _children_cpu()
     os.makedirs(run_dir, exist_ok=True)

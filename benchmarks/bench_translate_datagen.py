@@ -19,7 +19,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from problems.translate import TranslateEnzhSub8k  # noqa: E402
+from textrain.problems.translate import TranslateEnzhSub8k  # noqa: E402
 
 CORPUS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
                       "shared", "corpora", "parallel")

@@ -53,8 +53,8 @@ def main() -> None:
     if not os.path.isdir(CORPUS):
         print(f"{CORPUS} is absent: nothing to measure")
         return
-    from framework import bleu
-    from problems.translate import TranslateEnzhSub8k
+    from textrain.framework import bleu
+    from textrain.problems.translate import TranslateEnzhSub8k
 
     data_dir = os.path.join(args.work_dir, "data")
     model_dir = os.path.join(args.work_dir, "model")
@@ -62,14 +62,14 @@ def main() -> None:
     model_flags = ["--model=transformer", f"--hparams_set={args.hparams_set}", f"--hparams={args.hparams}"]
     problem = TranslateEnzhSub8k()
     if not os.path.exists(os.path.join(problem.problem_dir(data_dir), "translate_enzh_sub8k-dev.manifest.json")):
-        cmd = cli("framework.datagen", *problem_flags, f"--tmp_dir={CORPUS}", "--num_workers=2")
+        cmd = cli("textrain.framework.datagen", *problem_flags, f"--tmp_dir={CORPUS}", "--num_workers=2")
         show(cmd)
         subprocess.run(cmd, cwd=REPO, check=True)
 
     import tensorflow as tf
 
     if not tf.train.latest_checkpoint(model_dir):
-        cmd = cli("trainers.train_gpu", *problem_flags, *model_flags, f"--model_dir={model_dir}",
+        cmd = cli("textrain.trainers.train_gpu", *problem_flags, *model_flags, f"--model_dir={model_dir}",
                   f"--num_train_steps={args.train_steps}", f"--num_warmup_steps={args.num_warmup_steps}",
                   "--save_checkpoints_steps=200", "--keep_checkpoint_max=6", "--log_steps=50",
                   "--iterations_per_loop=50")
@@ -93,7 +93,7 @@ def main() -> None:
     state = tf.train.get_checkpoint_state(model_dir)
     if args.average > 1 and state and len(state.all_model_checkpoint_paths) >= args.average:
         avg_dir = os.path.join(args.work_dir, "avg")
-        cmd = cli("trainers.avg_checkpoints", f"--model_dir={model_dir}",
+        cmd = cli("textrain.trainers.avg_checkpoints", f"--model_dir={model_dir}",
                   f"--num_last_checkpoints={args.average}", f"--output_dir={avg_dir}")
         show(cmd)
         subprocess.run(cmd, cwd=REPO, check=True)
@@ -110,7 +110,7 @@ def main() -> None:
     rows = []
     for beam in sorted({1, args.beam_size}):
         hyp = os.path.join(args.work_dir, f"dev.hyp.beam{beam}.zh")
-        cmd = cli("trainers.decode", *problem_flags, *model_flags, f"--checkpoint_path={checkpoint}",
+        cmd = cli("textrain.trainers.decode", *problem_flags, *model_flags, f"--checkpoint_path={checkpoint}",
                   f"--decode_from_file={src}", f"--decode_to_file={hyp}", f"--reference_file={ref}",
                   f"--beam_size={beam}")
         show(cmd)

@@ -22,7 +22,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from framework import text_encoders  # noqa: E402
+from textrain.framework import text_encoders  # noqa: E402
 
 ORDINARY = ["It was the best of times, it was the worst of times.",
             "Emma Woodhouse, handsome, clever, and rich, had lived nearly twenty-one years."] * 200

@@ -47,7 +47,7 @@ def read_lines(paths, max_lines):
 
 
 def cached_vocab(paths, vocab_size):
-    from framework import text_encoders as te
+    from textrain.framework import text_encoders as te
     key = hashlib.sha256(repr([(p, os.path.getsize(p)) for p in paths] + [vocab_size]).encode())
     out = f"/tmp/textrain_bench_wordpiece_{key.hexdigest()[:12]}.txt"
     if not os.path.exists(out):
@@ -78,7 +78,7 @@ def main():
     if not paths:
         print(f"corpus {CORPUS}/*.txt.gz is absent: nothing to benchmark")
         return 0
-    from framework import text_encoders as te
+    from textrain.framework import text_encoders as te
     vocab = cached_vocab(paths, args.vocab_size)
     lines = read_lines(paths, args.max_lines)
     n_chars = sum(map(len, lines))

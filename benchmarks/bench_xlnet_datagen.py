@@ -71,7 +71,7 @@ def small_corpus(big: str, out: str, mb: float) -> str:
 def sentencepiece_model(corpus: str, work: str, vocab_size: int) -> str:
     prefix = os.path.join(work, f"spiece_{os.path.basename(corpus).rsplit('.', 1)[0]}_{vocab_size}")
     if not os.path.exists(prefix + ".model"):
-        from framework.text_encoders import train_sentencepiece
+        from textrain.framework.text_encoders import train_sentencepiece
         start = time.time()
         train_sentencepiece(corpus, prefix, vocab_size=vocab_size, hard_vocab_limit=False)
         print(f"trained {prefix}.model in {time.time() - start:.0f} s (not part of the figures)")
@@ -79,7 +79,7 @@ def sentencepiece_model(corpus: str, work: str, vocab_size: int) -> str:
 
 
 def corpus_tokens(corpus: str, sp_model: str) -> int:
-    from framework import text_encoders
+    from textrain.framework import text_encoders
     encoder = text_encoders.SentencePieceEncoder(sp_model, uncased=SETTINGS["uncased"])
     total, lines = 0, []
     with open(corpus, encoding="utf-8") as f:
@@ -95,7 +95,7 @@ def corpus_tokens(corpus: str, sp_model: str) -> int:
 def check_ids(corpus: str, sp_model: str) -> str:
     """Our ids vs the original's prepro_utils (imported from ../shared/originals, unchanged), every line."""
     import sentencepiece as spm
-    from framework import text_encoders
+    from textrain.framework import text_encoders
     sys.path.insert(0, os.path.join(same_run.ORIGINALS, "xlnet"))
     import prepro_utils  # noqa: E402  (the original's, read-only)
     sp = spm.SentencePieceProcessor()
@@ -134,7 +134,7 @@ def run_original(corpus: str, sp_model: str, work: str) -> dict:
 def run_ours(corpus: str, sp_model: str, work: str, workers: int, tag: str) -> dict:
     data_dir = os.path.join(work, f"ours_{tag}_w{workers}")
     shutil.rmtree(data_dir, ignore_errors=True)
-    cmd = [sys.executable, "-m", "framework.datagen", "--problem=xlnet_pretrain", f"--data_dir={data_dir}",
+    cmd = [sys.executable, "-m", "textrain.framework.datagen", "--problem=xlnet_pretrain", f"--data_dir={data_dir}",
            f"--input_file={corpus}", f"--sp_model={sp_model}", f"--num_workers={workers}", "--seed=0"]
     cmd += [f"--{k}={_flag(v)}" for k, v in SETTINGS.items()]
     result = _measured(cmd)
@@ -182,9 +182,9 @@ sys.path.insert(0, repo)
 settings = json.loads(settings)
 import numpy as np
 import tensorflow as tf
-from framework import records
-from framework.problem import shard_np_rng
-from problems import xlnet_pretrain as xp
+from textrain.framework import records
+from textrain.framework.problem import shard_np_rng
+from textrain.problems import xlnet_pretrain as xp
 hp = xp.XlnetPretrainHParams(input_file=corpus, sp_model=sp_model, **settings)
 problem = xp.XlnetPretrain(hp)
 T = time.process_time
@@ -224,7 +224,7 @@ if profile == "1":
     data_dir = os.path.join(work, "profile")
     shutil.rmtree(data_dir, ignore_errors=True)
     problem = xp.XlnetPretrain(hp)
-    xp_mod = sys.modules["problems.xlnet_pretrain"]
+    xp_mod = sys.modules["textrain.problems.xlnet_pretrain"]
     for name in ("_CURSOR",):
         getattr(xp_mod, name, {}).clear()
     getattr(xp_mod, "_document_sizes").cache_clear()

@@ -85,7 +85,7 @@ def run_child(args) -> dict:
     import tensorflow as tf
 
     from benchmarks import step_bench
-    from models.xlnet import XLNetConfig, XLNetPretrainer
+    from textrain.models.xlnet import XLNetConfig, XLNetPretrainer
 
     bf16, recompute = VARIANTS[args.child]
     overrides = dict(mem_len=args.mem_len, reuse_len=args.reuse_len, bi_data=True, dropout=0.1,

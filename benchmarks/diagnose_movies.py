@@ -46,8 +46,8 @@ def read_split(work: str, split: str) -> dict[str, np.ndarray]:
 
 
 def build_classifier(work: str, run: str, vocab_size: int):
-    from models.bert import BertClassifier, BertConfig
-    from models.electra import ElectraClassifier, ElectraConfig
+    from textrain.models.bert import BertClassifier, BertConfig
+    from textrain.models.electra import ElectraClassifier, ElectraConfig
     if run.startswith("electra"):
         return ElectraClassifier(ElectraConfig.from_json_file(os.path.join(work, "electra_config.json")), num_labels=2)
     return BertClassifier(BertConfig.preset("tiny", vocab_size=vocab_size), num_labels=2)
@@ -84,7 +84,7 @@ def mean_embedding(model, data: dict) -> np.ndarray:
 
 def probe(work: str, vocab_size: int, splits: dict) -> None:
     import tensorflow as tf
-    from models.bert import BertConfig, BertPretrainer
+    from textrain.models.bert import BertConfig, BertPretrainer
     print("| encoder | dev accuracy of a logistic regression on mean input embeddings |\n|---|---|")
     for name, seed in (("pretrained", 1), ("random, seed 1", 1), ("random, seed 2", 2), ("random, seed 3", 3)):
         tf.keras.utils.set_random_seed(seed)

@@ -108,8 +108,8 @@ def make_trainer(model_fn: Callable, batch: dict, *, precision: str = "fp32", ji
     import sys
     if REPO not in sys.path:
         sys.path.insert(0, REPO)
-    from trainers.core import Trainer, TrainConfig, make_strategy
-    from trainers.optimization import create_optimizer
+    from textrain.trainers.core import Trainer, TrainConfig, make_strategy
+    from textrain.trainers.optimization import create_optimizer
 
     model_dir = model_dir or tempfile.mkdtemp(prefix="step_bench_")
     config = TrainConfig(model_dir=model_dir, num_train_steps=num_train_steps, iterations_per_loop=1,

@@ -44,7 +44,7 @@ import apache_beam as beam
 from absl import logging
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from framework.problem import (GenerationPlan, Problem, ProblemSpec, ShardJob, generation_lock,
+from textrain.framework.problem import (GenerationPlan, Problem, ProblemSpec, ShardJob, generation_lock,
                                plan_generation, run_shard_job, write_manifests)
 
 

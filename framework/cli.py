@@ -77,7 +77,7 @@ def _tf_error_message(e: Exception) -> str | None:
     tf = sys.modules.get("tensorflow")
     if tf is None or not isinstance(e, tf.errors.OpError):
         return None
-    from framework import records  # imports TensorFlow, which is loaded already here
+    from textrain.framework import records  # imports TensorFlow, which is loaded already here
 
     message = records.tf_message(e) or type(e).__name__
     message = _without_temporary_suffix(message)

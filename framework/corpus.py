@@ -36,9 +36,9 @@ from typing import Callable, Iterable, Iterator, Sequence
 import numpy as np
 from absl import logging
 
-from framework import fileio
-from framework.cli import UserError
-from framework.lazy_tf import tf
+from textrain.framework import fileio
+from textrain.framework.cli import UserError
+from textrain.framework.lazy_tf import tf
 
 BAD_UTF8_POLICIES = ("error", "replace", "skip")
 

@@ -15,9 +15,9 @@ import time
 
 from absl import app, flags
 
-from framework import cli, fileio, flag_aliases
-from framework import flags as problem_flags
-from framework import registry
+from textrain.framework import cli, fileio, flag_aliases
+from textrain.framework import flags as problem_flags
+from textrain.framework import registry
 
 FLAGS = flags.FLAGS
 
@@ -64,7 +64,7 @@ def _generate_with_beam(problem, num_shards: dict | None) -> dict:
                             "--runner=beam set workers in --beam_pipeline_options (e.g. "
                             "--direct_num_workers=2, or your Flink/Spark/Dataflow cluster's)")
     try:
-        from framework import beam_datagen
+        from textrain.framework import beam_datagen
     except ImportError as e:
         raise cli.UserError(f"--runner=beam needs Apache Beam ({e}); install it with "
                             f"pip install 'textrain[beam]'") from None

@@ -18,8 +18,8 @@ import shutil
 import struct
 from typing import IO, Iterator
 
-from framework import lazy_tf
-from framework.lazy_tf import tf
+from textrain.framework import lazy_tf
+from textrain.framework.lazy_tf import tf
 
 try:
     import google_crc32c as _crc32c

@@ -21,8 +21,8 @@ from typing import Any
 
 from absl import flags
 
-from framework import registry
-from framework.cli import UserError
+from textrain.framework import registry
+from textrain.framework.cli import UserError
 
 FLAGS = flags.FLAGS
 

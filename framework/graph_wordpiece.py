@@ -54,7 +54,7 @@ import unicodedata
 import numpy as np
 import tensorflow as tf
 
-from framework import text_encoders
+from textrain.framework import text_encoders
 
 DROP, SPACE, CJK, PUNCT, CASED, IGNORABLE = 1, 2, 4, 8, 16, 32
 CAPITAL_SIGMA, FINAL_SIGMA = 0x3A3, 0x3C2

@@ -28,8 +28,8 @@ import time
 
 from absl import logging
 
-from framework import fileio
-from framework.cli import UserError
+from textrain.framework import fileio
+from textrain.framework.cli import UserError
 
 HOST = socket.gethostname()
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from framework.lazy_tf import tf
+from textrain.framework.lazy_tf import tf
 
 
 def files_for_pipeline(files: list[str], input_context: tf.distribute.InputContext) -> list[str]:

@@ -40,10 +40,10 @@ from typing import Any, ClassVar, Iterator
 import numpy as np
 from absl import logging
 
-from framework import fileio, lazy_tf, locks, pipeline, records
-from framework.cli import UserError
-from framework.lazy_tf import tf
-from framework.flags import validate_settings
+from textrain.framework import fileio, lazy_tf, locks, pipeline, records
+from textrain.framework.cli import UserError
+from textrain.framework.lazy_tf import tf
+from textrain.framework.flags import validate_settings
 
 
 class DatasetSplit:

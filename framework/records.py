@@ -32,9 +32,9 @@ from typing import Any, Iterable, Iterator, Mapping
 
 import numpy as np
 
-from framework import fileio, locks
-from framework.cli import UserError
-from framework.lazy_tf import tf
+from textrain.framework import fileio, locks
+from textrain.framework.cli import UserError
+from textrain.framework.lazy_tf import tf
 
 MANIFEST_VERSION = 1
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import TypeVar
 
-from framework.cli import UserError
+from textrain.framework.cli import UserError
 
 T = TypeVar("T")
 
@@ -70,8 +70,8 @@ class Registry:
         return name in self._items
 
 
-problems = Registry("problem", "problems")
-models = Registry("model", "models")
+problems = Registry("problem", "textrain.problems")
+models = Registry("model", "textrain.models")
 
 
 def register_problem(obj=None, *, name: str | None = None):
@@ -102,9 +102,9 @@ def import_builtins(models: bool = True) -> None:
     module). Datagen needs no models: without them it runs without importing TensorFlow (framework/lazy_tf.py)."""
     import importlib
 
-    importlib.import_module("problems")
+    importlib.import_module("textrain.problems")
     if models:
-        importlib.import_module("models")
+        importlib.import_module("textrain.models")
 
 
 def import_usr_dir(path: str | None) -> None:

@@ -23,10 +23,10 @@ from typing import ClassVar
 
 import numpy as np
 
-from framework import fileio, records, text_encoders
-from framework.cli import UserError
-from framework.lazy_tf import tf
-from framework.problem import DataParams, ModeKeys
+from textrain.framework import fileio, records, text_encoders
+from textrain.framework.cli import UserError
+from textrain.framework.lazy_tf import tf
+from textrain.framework.problem import DataParams, ModeKeys
 
 
 TOKENIZERS = ("wordpiece", "sentencepiece")

@@ -70,9 +70,9 @@ from typing import Callable, Iterable, Iterator, Mapping, Protocol, Sequence, ru
 import numpy as np
 from absl import logging
 
-from framework import fileio
-from framework.cli import UserError
-from framework.lazy_tf import tf
+from textrain.framework import fileio
+from textrain.framework.cli import UserError
+from textrain.framework.lazy_tf import tf
 
 
 class EncoderError(UserError, ValueError):
@@ -151,7 +151,7 @@ def _iter_text_lines(inputs: str | Sequence[str] | Iterable[str]) -> Iterator[st
     anything else (a generator, `iter(list_of_lines)`, a file object) yields the lines themselves.
     """
     if isinstance(inputs, (str, list, tuple)):
-        from framework import corpus  # lazy: only needed when reading files
+        from textrain.framework import corpus  # lazy: only needed when reading files
         if not all(isinstance(p, str) for p in inputs):
             raise TypeError(f"file names must be strings, got {inputs!r:.200}")
         pattern = inputs if isinstance(inputs, str) else ",".join(inputs)

@@ -19,9 +19,9 @@ from typing import Callable, Iterable, Iterator, Sequence
 
 from absl import logging
 
-from framework import corpus, fileio, text_encoders
-from framework.lazy_tf import tf
-from framework.problem import DatasetSplit, Problem
+from textrain.framework import corpus, fileio, text_encoders
+from textrain.framework.lazy_tf import tf
+from textrain.framework.problem import DatasetSplit, Problem
 
 
 class Text2TextProblem(Problem):

@@ -27,7 +27,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from framework.text_encoders import _is_cjk as _is_cjk_code_point  # bert's _is_chinese_char ranges
+from textrain.framework.text_encoders import _is_cjk as _is_cjk_code_point  # bert's _is_chinese_char ranges
 
 SEGMENTERS = ("jieba",)
 # A token id with this bit set is a token that continues the previous token's word. Problems carry the flag in

@@ -1,3 +1,3 @@
 """Built-in models; importing this package registers them (bert, bert_classifier, electra, xlnet,
 transformer, the QA heads)."""
-from models import bert, electra, qa_heads, transformer, xlnet  # noqa: F401
+from textrain.models import bert, electra, qa_heads, transformer, xlnet  # noqa: F401

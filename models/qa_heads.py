@@ -37,20 +37,20 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from framework.registry import register_model
-from framework.text_encoders import XLNET_SPECIAL_IDS
-from models import bert as bert_lib
-from models import electra as electra_lib
-from models import xlnet as xlnet_lib
-from models.base import StepOutput, Term, TrainableModel
-from models.bert import BertConfig, BertModel, TransposedDense, encoder_from_config, resolve_config
-from models.checkpoints import backing_variable
-from models.electra import ElectraConfig
-from models.task_heads import ClassifierModel
-from models.layers.activations import get_activation
-from models.layers.dense import Dense
-from models.layers.transformer import dense_variable_map, layer_norm_variable_map
-from models.xlnet import XLNetConfig, XLNetEncoder
+from textrain.framework.registry import register_model
+from textrain.framework.text_encoders import XLNET_SPECIAL_IDS
+from textrain.models import bert as bert_lib
+from textrain.models import electra as electra_lib
+from textrain.models import xlnet as xlnet_lib
+from textrain.models.base import StepOutput, Term, TrainableModel
+from textrain.models.bert import BertConfig, BertModel, TransposedDense, encoder_from_config, resolve_config
+from textrain.models.checkpoints import backing_variable
+from textrain.models.electra import ElectraConfig
+from textrain.models.task_heads import ClassifierModel
+from textrain.models.layers.activations import get_activation
+from textrain.models.layers.dense import Dense
+from textrain.models.layers.transformer import dense_variable_map, layer_norm_variable_map
+from textrain.models.xlnet import XLNetConfig, XLNetEncoder
 
 NEG_INF = -1e30
 

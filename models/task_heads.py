@@ -27,8 +27,8 @@ from typing import Any, Sequence
 
 import tensorflow as tf
 
-from models.base import StepOutput, Term, TrainableModel
-from models.checkpoints import load_tf1_checkpoint
+from textrain.models.base import StepOutput, Term, TrainableModel
+from textrain.models.checkpoints import load_tf1_checkpoint
 
 TASK_TYPES = ("classification", "regression", "multilabel")
 

@@ -42,11 +42,11 @@ from typing import Any
 
 import tensorflow as tf
 
-from framework.registry import register_model
-from models import beam_search as search
-from models.base import StepOutput, Term, TrainableModel
-from models.layers.attention import MultiHeadAttention
-from models.layers.dense import Dense
+from textrain.framework.registry import register_model
+from textrain.models import beam_search as search
+from textrain.models.base import StepOutput, Term, TrainableModel
+from textrain.models.layers.attention import MultiHeadAttention
+from textrain.models.layers.dense import Dense
 
 
 # ============================================================================================ hparams
@@ -465,7 +465,7 @@ def vocab_from_manifest(manifest: dict | None) -> tuple[int, int, bool]:
 
 def build_from_flags(flags: Any, manifest: dict | None) -> Transformer:
     """The `transformer` model the trainers and textrain-decode build by name (docs/CONTRACTS.md)."""
-    from framework.cli import UserError
+    from textrain.framework.cli import UserError
 
     try:
         hp = hparams_from_flags(flags)

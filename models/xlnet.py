@@ -38,12 +38,12 @@ from typing import Any
 import tensorflow as tf
 from absl import logging
 
-from framework.registry import register_model
-from models.base import StepOutput, Term, TrainableModel
-from models.checkpoints import backing_variable
-from models.task_heads import ClassifierModel, num_labels_from_manifest, task_type_from_manifest
-from models.layers.fused import sparse_softmax_cross_entropy
-from models.layers.relative_attention import (PositionwiseFFN, RelativeAttention, dropout, fold_seed,
+from textrain.framework.registry import register_model
+from textrain.models.base import StepOutput, Term, TrainableModel
+from textrain.models.checkpoints import backing_variable
+from textrain.models.task_heads import ClassifierModel, num_labels_from_manifest, task_type_from_manifest
+from textrain.models.layers.fused import sparse_softmax_cross_entropy
+from textrain.models.layers.relative_attention import (PositionwiseFFN, RelativeAttention, dropout, fold_seed,
                                               relative_positional_encoding)
 
 MODEL_KEYS = ("n_layer", "d_model", "n_head", "d_head", "d_inner", "ff_activation", "untie_r", "n_token")
@@ -581,7 +581,7 @@ def check_against_manifest(config: XLNetConfig, flags, manifest: dict | None) ->
     num_predict), and a vocabulary larger than the model's."""
     if not manifest:
         return
-    from framework.problem import check_settings
+    from textrain.framework.problem import check_settings
 
     expected = {"reuse_len": config.reuse_len or None, "bi_data": config.bi_data}
     for key in ("seq_len", "num_predict"):

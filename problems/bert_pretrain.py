@@ -94,12 +94,12 @@ from typing import Any, Callable, Iterable, Iterator, NamedTuple, Sequence
 import numpy as np
 from absl import logging
 
-from framework import corpus, records, word_segmenters
-from framework.flags import help_text
-from framework.lazy_tf import tf
-from framework.problem import shard_np_rng, shard_rng
-from framework.registry import register_problem
-from framework.text_problems import WordpieceCorpusProblem, document_selector
+from textrain.framework import corpus, records, word_segmenters
+from textrain.framework.flags import help_text
+from textrain.framework.lazy_tf import tf
+from textrain.framework.problem import shard_np_rng, shard_rng
+from textrain.framework.registry import register_problem
+from textrain.framework.text_problems import WordpieceCorpusProblem, document_selector
 
 CLS, SEP, MASK = "[CLS]", "[SEP]", "[MASK]"
 RANDOM_NEXT_PROB = 0.5          # probability that B comes from another document

@@ -81,14 +81,14 @@ from typing import ClassVar, Iterator, Sequence
 import numpy as np
 from absl import logging
 
-from framework import corpus, fileio, metrics, records, text_encoders
-from framework.cli import UserError
-from framework.flags import help_text
-from framework.lazy_tf import tf
-from framework.problem import DatasetSplit, Problem
-from framework.registry import register_problem
-from framework.tasks import FinetuneTask, tokenizer_file
-from framework.text_problems import is_dev_document
+from textrain.framework import corpus, fileio, metrics, records, text_encoders
+from textrain.framework.cli import UserError
+from textrain.framework.flags import help_text
+from textrain.framework.lazy_tf import tf
+from textrain.framework.problem import DatasetSplit, Problem
+from textrain.framework.registry import register_problem
+from textrain.framework.tasks import FinetuneTask, tokenizer_file
+from textrain.framework.text_problems import is_dev_document
 
 TASK_TYPES = ("classification", "regression", "multilabel")
 BAD_ROW_POLICIES = ("error", "skip")

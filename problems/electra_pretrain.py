@@ -60,12 +60,12 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 import numpy as np
 from absl import logging
 
-from framework import corpus, records, text_encoders, word_segmenters
-from framework.flags import help_text
-from framework.lazy_tf import tf
-from framework.problem import DatasetSplit, ModeKeys, shard_rng
-from framework.registry import register_problem
-from framework.text_problems import WordpieceCorpusProblem, document_selector
+from textrain.framework import corpus, records, text_encoders, word_segmenters
+from textrain.framework.flags import help_text
+from textrain.framework.lazy_tf import tf
+from textrain.framework.problem import DatasetSplit, ModeKeys, shard_rng
+from textrain.framework.registry import register_problem
+from textrain.framework.text_problems import WordpieceCorpusProblem, document_selector
 
 # Probabilities and constants of the original builder (build_pretraining_dataset.py).
 SINGLE_SEGMENT_PROB = 0.1

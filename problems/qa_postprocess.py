@@ -38,8 +38,8 @@ import re
 import string
 from typing import Any, Iterable, Mapping, Sequence
 
-from framework import fileio, text_encoders
-from framework.lazy_tf import tf
+from textrain.framework import fileio, text_encoders
+from textrain.framework.lazy_tf import tf
 
 # ----------------------------------------------------------------------------------------------- #
 # Official metrics

@@ -51,13 +51,13 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 from absl import logging
 
-from framework import fileio, records, text_encoders
-from framework.flags import help_text
-from framework.lazy_tf import tf
-from framework.problem import DatasetSplit, ModeKeys, Problem
-from framework.registry import register_problem
-from framework.tasks import FinetuneTask, check_tokenizer
-from problems import qa_postprocess
+from textrain.framework import fileio, records, text_encoders
+from textrain.framework.flags import help_text
+from textrain.framework.lazy_tf import tf
+from textrain.framework.problem import DatasetSplit, ModeKeys, Problem
+from textrain.framework.registry import register_problem
+from textrain.framework.tasks import FinetuneTask, check_tokenizer
+from textrain.problems import qa_postprocess
 
 SEG_ID_P, SEG_ID_Q, SEG_ID_CLS, SEG_ID_PAD = 0, 1, 2, 3
 MAX_WINDOWS = 1000  # unique_ids = 1000 * question + window

@@ -17,11 +17,11 @@ import itertools
 import os
 from typing import Iterator
 
-from framework import corpus, fileio
-from framework.flags import help_text
-from framework.problem import DatasetSplit
-from framework.registry import register_problem
-from framework.text_problems import Text2TextProblem
+from textrain.framework import corpus, fileio
+from textrain.framework.flags import help_text
+from textrain.framework.problem import DatasetSplit
+from textrain.framework.registry import register_problem
+from textrain.framework.text_problems import Text2TextProblem
 
 
 @dataclasses.dataclass

@@ -77,12 +77,12 @@ from typing import Callable, Iterable, Iterator, Sequence
 import numpy as np
 from absl import logging
 
-from framework import corpus, fileio, records, text_encoders
-from framework.lazy_tf import tf
-from framework.problem import (DataParams, DatasetSplit, Problem, SettingsMismatchError, check_settings,
+from textrain.framework import corpus, fileio, records, text_encoders
+from textrain.framework.lazy_tf import tf
+from textrain.framework.problem import (DataParams, DatasetSplit, Problem, SettingsMismatchError, check_settings,
                                shard_np_rng)
-from framework.flags import help_text
-from framework.registry import register_problem
+from textrain.framework.flags import help_text
+from textrain.framework.registry import register_problem
 
 SPECIAL_IDS = text_encoders.XLNET_SPECIAL_IDS
 SEP_ID = SPECIAL_IDS["<sep>"]

@@ -15,8 +15,8 @@ from typing import Iterator
 import numpy as np
 import tensorflow as tf
 
-from framework.problem import Problem
-from framework.registry import register_problem
+from textrain.framework.problem import Problem
+from textrain.framework.registry import register_problem
 
 POS = ["good", "great", "fine", "nice", "happy", "bright"]
 NEG = ["bad", "awful", "poor", "sad", "dark", "grim"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 
-from framework import text_encoders
+from textrain.framework import text_encoders
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 EMMA = os.path.join(TESTS, "data", "austen_emma.txt")

@@ -25,7 +25,7 @@ NAME = "bert_pretrain"
 
 def datagen_cmd(data_dir, *extra: str, dupe_factor: int = 2, num_shards: int = 6) -> list[str]:
     # No --seed: users run without one.
-    return [sys.executable, "-m", "framework.datagen", f"--problem={NAME}", f"--input_file={EMMA}",
+    return [sys.executable, "-m", "textrain.framework.datagen", f"--problem={NAME}", f"--input_file={EMMA}",
             f"--data_dir={data_dir}", "--vocab_size=800", f"--dupe_factor={dupe_factor}", "--max_seq_length=64",
             "--max_predictions_per_seq=10", f"--num_shards={num_shards}", *extra]
 

@@ -32,7 +32,7 @@ import pytest
 if __name__ == "__main__":  # run from an export of the branch point to make GOLDEN
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from problems import bert_pretrain as bp  # noqa: E402
+from textrain.problems import bert_pretrain as bp  # noqa: E402
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 EMMA = os.path.join(DATA, "austen_emma.txt")

@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from framework import registry
-from models import bert
-from models.bert import BertClassifier, BertConfig, BertPretrainer, build_from_flags
-from models.checkpoints import CheckpointMismatchError, write_tf1_checkpoint
-from trainers import core  # noqa: E402
+from textrain.framework import registry
+from textrain.models import bert
+from textrain.models.bert import BertClassifier, BertConfig, BertPretrainer, build_from_flags
+from textrain.models.checkpoints import CheckpointMismatchError, write_tf1_checkpoint
+from textrain.trainers import core  # noqa: E402
 
 # The released uncased_L-12_H-768_A-12/bert_config.json, with the extra key some releases carry.
 ORIGINAL_CONFIG = """{

@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from framework import corpus, records, registry, text_encoders
-from framework.problem import DataParams, ModeKeys
-from framework.text_problems import is_dev_document
-from problems import bert_pretrain as bp
+from textrain.framework import corpus, records, registry, text_encoders
+from textrain.framework.problem import DataParams, ModeKeys
+from textrain.framework.text_problems import is_dev_document
+from textrain.problems import bert_pretrain as bp
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 EMMA = os.path.join(HERE, "data", "austen_emma.txt")

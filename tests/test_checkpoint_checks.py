@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from models.bert import BertClassifier, BertPretrainer
-from models.checkpoints import CheckpointMismatchError
-from trainers import checkpoint_checks as cc
-from trainers.optimization import create_optimizer
+from textrain.models.bert import BertClassifier, BertPretrainer
+from textrain.models.checkpoints import CheckpointMismatchError
+from textrain.trainers import checkpoint_checks as cc
+from textrain.trainers.optimization import create_optimizer
 
 CONFIG = dict(vocab_size=60, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32,
               max_position_embeddings=32, type_vocab_size=2)

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from framework import corpus, text_encoders, word_segmenters
-from problems import bert_pretrain as bp
+from textrain.framework import corpus, text_encoders, word_segmenters
+from textrain.problems import bert_pretrain as bp
 
 jieba = pytest.importorskip("jieba")
 
@@ -179,7 +179,7 @@ def masked_word_statistics(records_file: str, encoder) -> tuple[float, int, floa
 
 def run_datagen(tmp_path, name: str, problem: str, *flags: str) -> str:
     data_dir = tmp_path / name
-    proc = subprocess.run([sys.executable, "-m", "framework.datagen", f"--problem={problem}",
+    proc = subprocess.run([sys.executable, "-m", "textrain.framework.datagen", f"--problem={problem}",
                            f"--data_dir={data_dir}", *flags], cwd=REPO, capture_output=True, text=True,
                           timeout=300, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -213,9 +213,9 @@ def test_masked_positions_come_in_whole_segmenter_words(tmp_path, request):
 def test_electra_records_carry_word_starts_and_the_model_masks_whole_words(tmp_path):
     """electra_pretrain --do_whole_word_mask --word_segmenter=jieba: the same input_ids as without, plus
     `word_start`; the model (which masks in the graph at each step) masks only whole words of it."""
-    from framework.problem import DataParams, ModeKeys
-    from models import electra
-    from problems import electra_pretrain as ep
+    from textrain.framework.problem import DataParams, ModeKeys
+    from textrain.models import electra
+    from textrain.problems import electra_pretrain as ep
 
     flags = [f"--input_file={TANG}", "--vocab_size=1500", f"--max_seq_length={SEQ}", "--num_shards=1"]
     wwm = run_datagen(tmp_path, "wwm", "electra_pretrain", *flags, "--do_whole_word_mask", "--word_segmenter=jieba")
@@ -287,7 +287,7 @@ def test_chinese_through_bert_electra_and_xlnet_training(tmp_path):
     run = tmp_path / "run"
     steps = 20
     train = subprocess.run(
-        [sys.executable, "-m", "trainers.train_gpu", "--problem=xlnet_pretrain", f"--data_dir={data_dir}",
+        [sys.executable, "-m", "textrain.trainers.train_gpu", "--problem=xlnet_pretrain", f"--data_dir={data_dir}",
          "--model=xlnet", f"--model_dir={run}", "--n_layer=1", "--d_model=32", "--n_head=2", "--d_head=16",
          "--d_inner=64", "--mem_len=16", "--num_gpus=2", "--train_batch_size=4", f"--num_train_steps={steps}",
          "--iterations_per_loop=10", "--log_steps=10", f"--save_checkpoints_steps={steps}",

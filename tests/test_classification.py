@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from framework import registry
-from framework.cli import UserError
-from framework.problem import DataParams, ModeKeys
-from framework.text_encoders import WordpieceEncoder, build_wordpiece_vocab, train_sentencepiece
-from problems import classification as cls
+from textrain.framework import registry
+from textrain.framework.cli import UserError
+from textrain.framework.problem import DataParams, ModeKeys
+from textrain.framework.text_encoders import WordpieceEncoder, build_wordpiece_vocab, train_sentencepiece
+from textrain.problems import classification as cls
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EMMA = os.path.join(REPO, "tests", "data", "austen_emma.txt")
@@ -214,7 +214,7 @@ def test_glue_errors_name_the_flag_and_file(tmp_path, vocab):
 
 
 def test_every_task_problem_refuses_an_unknown_tokenizer_naming_the_flag(vocab):
-    from problems import race, squad
+    from textrain.problems import race, squad
 
     refused = r"--tokenizer='bpe': use wordpiece \(BERT, ELECTRA\) or sentencepiece \(XLNet\)"
     with pytest.raises(UserError, match=refused):
@@ -309,7 +309,7 @@ def test_compute_metrics_per_task_type():
 # XLNet (SentencePiece) records
 # ----------------------------------------------------------------------------------------------- #
 def test_sentencepiece_records_have_xlnet_layout_and_dtypes(tmp_path, spiece):
-    from framework.text_encoders import SentencePieceEncoder
+    from textrain.framework.text_encoders import SentencePieceEncoder
     train = _write(tmp_path / "t.tsv", [["s1", "s2", "y"], ["Emma was rich.", "She was clever.", "yes"],
                                         ["Mr. Knightley.", "Her sister.", "no"]])
     hp = cls.TsvHParams(train_file=train, dev_file=train, text_a_column="s1", text_b_column="s2", label_column="y",
@@ -342,7 +342,7 @@ def test_sentencepiece_records_have_xlnet_layout_and_dtypes(tmp_path, spiece):
 def _datagen(*args: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     env.pop("TEXTRAIN_VERBOSE", None)
-    return subprocess.run([sys.executable, "-m", "framework.datagen", *args], cwd=REPO, env=env,
+    return subprocess.run([sys.executable, "-m", "textrain.framework.datagen", *args], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=300)
 
 

@@ -27,8 +27,8 @@ import shutil
 
 import pytest
 
-from framework import corpus
-from problems import electra_pretrain as ep
+from textrain.framework import corpus
+from textrain.problems import electra_pretrain as ep
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 EMMA = os.path.join(DATA, "austen_emma.txt")
@@ -246,7 +246,7 @@ def test_document_spans_give_the_scan_s_documents(tmp_path, monkeypatch):
 def test_sample_batch_serializes_like_sample_dicts():
     import numpy as np
 
-    from framework import records
+    from textrain.framework import records
 
     rng = np.random.default_rng(0)
     for high in (2, 300, 1 << 31, 1 << 62):

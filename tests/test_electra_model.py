@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from models import electra
-from models.base import weighted_loss
-from models.checkpoints import write_tf1_checkpoint
+from textrain.models import electra
+from textrain.models.base import weighted_loss
+from textrain.models.checkpoints import write_tf1_checkpoint
 
 PAD, CLS, SEP, MASK = 0, 2, 3, 4
 SPECIAL = {"[PAD]": PAD, "[CLS]": CLS, "[SEP]": SEP, "[MASK]": MASK}
@@ -279,7 +279,7 @@ def test_tf1_checkpoint_imports_and_reproduces_logits(tmp_path):
 
 
 def test_checkpoint_with_missing_or_extra_names_is_refused(tmp_path):
-    from models.checkpoints import CheckpointMismatchError
+    from textrain.models.checkpoints import CheckpointMismatchError
     model = electra.ElectraPretrainer(tiny_config(), special_ids=SPECIAL)
     values = {n: v.numpy() for n, v in model.tf1_variable_map().items()}
     del values["generator_predictions/output_bias"]
@@ -350,8 +350,8 @@ def test_tiny_electra_learns_on_emma(tmp_path):
     a tiny model then needs a few hundred steps, not thousands, to flag replaced tokens with probability > 0.5.
     At temperature 1 the same run stays at the baseline for 1000 steps (its disc loss falls below the label
     entropy only slowly), which is the expected early phase, but too long for a test."""
-    from problems.electra_pretrain import ElectraPretrain, ElectraPretrainHParams
-    from framework.problem import DataParams
+    from textrain.problems.electra_pretrain import ElectraPretrain, ElectraPretrainHParams
+    from textrain.framework.problem import DataParams
     emma = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "austen_emma.txt")
     problem = ElectraPretrain(ElectraPretrainHParams(input_file=emma, vocab_size=1000, max_seq_length=64))
     manifest = problem.generate_data(str(tmp_path), str(tmp_path / "tmp"), seed=0)["train"]

@@ -8,7 +8,7 @@ import random
 import numpy as np
 import pytest
 
-from problems import electra_pretrain as ep
+from textrain.problems import electra_pretrain as ep
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 EMMA = os.path.join(DATA, "austen_emma.txt")
@@ -199,7 +199,7 @@ def read_records(path: str, length: int) -> list[dict]:
 
 
 def test_generate_data_records_manifest_and_reading(tmp_path):
-    from framework.problem import DataParams
+    from textrain.framework.problem import DataParams
     problem = make_problem(dev_fraction=0.1)
     manifests = problem.generate_data(str(tmp_path), str(tmp_path / "tmp"), seed=3)
     train, dev = manifests["train"], manifests["dev"]
@@ -236,7 +236,7 @@ def test_raw_text_path_makes_the_line_path_s_batches(emma_vocab):
     document_lines (stripped lines): texts whose lines start or end with characters str.strip removes
     (tab, form feed, \\x1c, \\x85, no-break and ideographic spaces, U+2028 / U+2029), blank lines, tiny
     groups and one big group."""
-    from framework import corpus, text_encoders
+    from textrain.framework import corpus, text_encoders
 
     encoder = text_encoders.WordpieceEncoder(emma_vocab)
     rng = random.Random(7)

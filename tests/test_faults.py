@@ -29,11 +29,11 @@ EMMA = os.path.join(HERE, "data", "austen_emma.txt")
 USR_INIT = '''
 import dataclasses, os, time
 import tensorflow as tf
-from framework import corpus
-from framework.flags import help_text
-from framework.problem import Problem
-from framework.registry import register_model, register_problem
-from models.base import StepOutput, Term, TrainableModel
+from textrain.framework import corpus
+from textrain.framework.flags import help_text
+from textrain.framework.problem import Problem
+from textrain.framework.registry import register_model, register_problem
+from textrain.models.base import StepOutput, Term, TrainableModel
 
 
 @dataclasses.dataclass
@@ -129,7 +129,7 @@ def usr(tmp_path_factory):
 
 def _datagen_args(usr, data_dir, *extra):
     pkg, corpus = usr
-    return ["framework.datagen", f"--usr_dir={pkg}", "--problem=fault_toy", f"--data_dir={data_dir}",
+    return ["textrain.framework.datagen", f"--usr_dir={pkg}", "--problem=fault_toy", f"--data_dir={data_dir}",
             f"--input_file={corpus}", *extra]
 
 
@@ -177,7 +177,7 @@ def _digests(data: str) -> dict[str, str]:
 
 def _train_args(usr, data, model_dir, *extra):
     pkg, _ = usr
-    return ["trainers.train_gpu", f"--usr_dir={pkg}", "--problem=fault_toy", f"--data_dir={data}",
+    return ["textrain.trainers.train_gpu", f"--usr_dir={pkg}", "--problem=fault_toy", f"--data_dir={data}",
             "--model=fault_toy_model", f"--model_dir={model_dir}", "--train_batch_size=8",
             "--num_train_steps=4", "--num_warmup_steps=0", "--learning_rate=0.01", "--iterations_per_loop=2",
             "--save_checkpoints_steps=2", *extra]
@@ -261,7 +261,7 @@ def test_corrupt_gzip_input_is_one_line(usr, tmp_path):
     blob[len(blob) // 2: len(blob) // 2 + 8] = b"\x00" * 8  # damage the deflate stream, keep the trailer
     bad = tmp_path / "corpus.txt.gz"
     bad.write_bytes(bytes(blob))
-    proc = _run(["framework.datagen", f"--usr_dir={usr[0]}", "--problem=fault_toy",
+    proc = _run(["textrain.framework.datagen", f"--usr_dir={usr[0]}", "--problem=fault_toy",
                  f"--data_dir={tmp_path / 'data'}", f"--input_file={bad}"], env=_env())
     assert proc.returncode == 1
     line = _error_line(proc, "textrain-datagen")
@@ -340,7 +340,7 @@ def test_a_trainer_flag_out_of_range_is_one_line(usr, clean_data, tmp_path):
 def test_bert_settings_are_validated_before_any_work(tmp_path, flags, named):
     corpus = tmp_path / "c.txt"
     corpus.write_text("one line.\nanother line.\n")
-    proc = _run(["framework.datagen", "--problem=bert_pretrain", f"--data_dir={tmp_path / 'data'}",
+    proc = _run(["textrain.framework.datagen", "--problem=bert_pretrain", f"--data_dir={tmp_path / 'data'}",
                  f"--input_file={corpus}", *flags], env=_env())
     assert proc.returncode == 1
     line = _error_line(proc, "textrain-datagen")
@@ -349,7 +349,7 @@ def test_bert_settings_are_validated_before_any_work(tmp_path, flags, named):
     if len(flags) == 1:
         return
     # --verbose shows the traceback instead.
-    verbose = _run(["framework.datagen", "--problem=bert_pretrain", f"--data_dir={tmp_path / 'data'}",
+    verbose = _run(["textrain.framework.datagen", "--problem=bert_pretrain", f"--data_dir={tmp_path / 'data'}",
                     f"--input_file={corpus}", "--verbose", *flags], env=_env())
     assert verbose.returncode != 0 and "Traceback" in verbose.stderr and "SettingsError" in verbose.stderr
 
@@ -359,7 +359,7 @@ def test_a_problems_own_settings_check_is_one_line(tmp_path):
     CLI with one line naming the flags, before anything is written."""
     corpus = tmp_path / "c.txt"
     corpus.write_text("one line.\nanother line.\n")
-    proc = _run(["framework.datagen", "--problem=xlnet_pretrain", f"--data_dir={tmp_path / 'data'}",
+    proc = _run(["textrain.framework.datagen", "--problem=xlnet_pretrain", f"--data_dir={tmp_path / 'data'}",
                  f"--input_file={corpus}", "--bsz_per_host=6", "--num_core_per_host=2"], env=_env())
     assert proc.returncode == 1
     assert "--bsz_per_host=6 must be a multiple of 2 * --num_core_per_host=2" in _error_line(proc, "textrain-datagen")
@@ -371,10 +371,10 @@ def test_declared_ranges_of_every_problem_are_checked_in_one_place():
     (which Problem.__init__ calls, so every CLI gets it)."""
     import dataclasses
 
-    from framework.flags import SettingsError, help_text, validate_settings
-    from problems.electra_pretrain import ElectraPretrainHParams
-    from problems.translate import TranslateHParams
-    from problems.xlnet_pretrain import XlnetPretrain, XlnetPretrainHParams
+    from textrain.framework.flags import SettingsError, help_text, validate_settings
+    from textrain.problems.electra_pretrain import ElectraPretrainHParams
+    from textrain.problems.translate import TranslateHParams
+    from textrain.problems.xlnet_pretrain import XlnetPretrain, XlnetPretrainHParams
 
     cases = [(ElectraPretrainHParams(max_seq_length=2), "--max_seq_length must be >= 5; got 2"),
              (ElectraPretrainHParams(dev_fraction=1.0), "--dev_fraction must be in [0.0, 1.0); got 1.0"),
@@ -425,7 +425,7 @@ def test_disk_full_is_one_line_and_leaves_nothing_half_written(usr, tmp_path):
     try:
         big = tmp_path / "big.txt"
         big.write_text(open(EMMA, encoding="utf-8").read())  # ~900 KB of records: more than fits
-        proc = _run(["framework.datagen", f"--usr_dir={usr[0]}", "--problem=fault_toy", f"--data_dir={data}",
+        proc = _run(["textrain.framework.datagen", f"--usr_dir={usr[0]}", "--problem=fault_toy", f"--data_dir={data}",
                      f"--input_file={big}", "--fault_width=64", "--num_workers=2"], env=_env(),
                     preexec_fn=None if mounted else _file_size_limit(32 << 10))
         assert proc.returncode == 1
@@ -541,7 +541,7 @@ def test_a_one_megabyte_word_does_not_stall_vocab_learning(tmp_path):
     with open(EMMA, encoding="utf-8") as f:
         text = "".join(f.readlines()[:200])
     corpus.write_text(text + "\n" + "ab" * (1 << 19) + "\n")
-    proc = _run(["framework.datagen", "--problem=bert_pretrain", f"--data_dir={tmp_path / 'data'}",
+    proc = _run(["textrain.framework.datagen", "--problem=bert_pretrain", f"--data_dir={tmp_path / 'data'}",
                  f"--input_file={corpus}", "--vocab_size=200", "--max_seq_length=32",
                  "--max_predictions_per_seq=5", "--dupe_factor=1"], env=_env(), timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -10,7 +10,7 @@ import sys
 import pytest
 import tensorflow as tf
 
-from framework import fileio
+from textrain.framework import fileio
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EMMA = os.path.join(REPO, "tests", "data", "austen_emma.txt")
@@ -95,12 +95,12 @@ def test_datagen_on_local_files_never_imports_tensorflow(problem, flags, tmp_pat
     corpus = tmp_path / "emma.txt"
     corpus.write_bytes(open(EMMA, "rb").read()[:200_000])
     data_dir = tmp_path / "data"
-    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "framework.datagen", f"--problem={problem}",
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "textrain.framework.datagen", f"--problem={problem}",
                            f"--data_dir={data_dir}", f"--input_file={corpus}", "--num_workers=2", *flags],
                           cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     imported = [line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")]
-    assert "framework.records" in imported  # the log is there
+    assert "textrain.framework.records" in imported  # the log is there
     assert not [m for m in imported if m.split(".")[0] == "tensorflow"]
     shards = tf.io.gfile.glob(str(data_dir / problem / f"{problem}-train-*.tfrecord"))
     assert shards and sum(1 for s in shards for _ in tf.data.TFRecordDataset(s)) > 0

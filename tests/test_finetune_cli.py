@@ -32,7 +32,7 @@ def emma_speech_rows() -> list[tuple[str, str]]:
 @pytest.fixture(scope="module")
 def task(tmp_path_factory):
     """train/dev/test TSVs, a WordPiece vocab and a SentencePiece model."""
-    from framework.text_encoders import build_wordpiece_vocab, train_sentencepiece
+    from textrain.framework.text_encoders import build_wordpiece_vocab, train_sentencepiece
 
     root = tmp_path_factory.mktemp("ft")
     rows = emma_speech_rows()[:400]
@@ -52,7 +52,7 @@ def _env() -> dict:
 
 
 def finetune(*params: str, files: list[str] = ()) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "trainers.finetune", *[f"--gin_file={f}" for f in files],
+    cmd = [sys.executable, "-m", "textrain.trainers.finetune", *[f"--gin_file={f}" for f in files],
            *[f"--gin_param={p}" for p in params]]
     return subprocess.run(cmd, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=600)
 
@@ -75,12 +75,12 @@ def _task_params(task, data_dir, model_dir, test=False) -> list[str]:
 def test_every_config_parses(path):
     import gin
 
-    from trainers import finetune as ft
+    from textrain.trainers import finetune as ft
 
     gin.clear_config()
     try:
         ft.parse_gin([path], ["finetune.data_dir='d'", "finetune.model_dir='m'"])
-        from framework import registry
+        from textrain.framework import registry
 
         registry.import_builtins()
         name = os.path.basename(path)
@@ -163,7 +163,7 @@ def test_bert_cli_trains_evaluates_predicts_and_exports(tmp_path, task):
     loaded = tf.saved_model.load(str(run / "export"))
     texts = tf.constant([t for t, _ in task["test_rows"][:4]])
     by_text = loaded.signatures["serve_text"](text_a=texts)
-    from framework.graph_wordpiece import GraphWordpieceTokenizer
+    from textrain.framework.graph_wordpiece import GraphWordpieceTokenizer
 
     ids = GraphWordpieceTokenizer(task["vocab"], do_lower_case=True, max_seq_length=32)(texts)
     by_ids = loaded.signatures["serving_default"](**{k: tf.cast(v, tf.int32) for k, v in ids.items()})
@@ -192,22 +192,22 @@ def test_electra_and_xlnet_cli_run_a_few_steps(tmp_path, task, family):
 @pytest.mark.slow
 def test_train_gpu_builds_a_classifier_and_layerwise_decay_reaches_the_optimizer(tmp_path, task):
     data = tmp_path / "data"
-    gen = subprocess.run([sys.executable, "-m", "framework.datagen", "--problem=tsv_classification",
+    gen = subprocess.run([sys.executable, "-m", "textrain.framework.datagen", "--problem=tsv_classification",
                           f"--data_dir={data}", f"--train_file={task['files']['train']}",
                           f"--dev_file={task['files']['dev']}", f"--vocab_file={task['vocab']}", "--max_seq_length=32"],
                          cwd=REPO, env=_env(), capture_output=True, text=True)
     assert gen.returncode == 0, gen.stderr[-2000:]
 
     def train(tag: str, *extra: str) -> dict:
-        proc = subprocess.run([sys.executable, "-m", "trainers.train_gpu", "--problem=tsv_classification",
+        proc = subprocess.run([sys.executable, "-m", "textrain.trainers.train_gpu", "--problem=tsv_classification",
                                f"--data_dir={data}", "--model=bert_classifier", "--model_size=tiny",
                                f"--model_dir={tmp_path / tag}", "--train_batch_size=8", "--num_train_steps=1",
                                "--num_warmup_steps=0", "--seed=3", "--weight_decay=0", "--clip_norm=0", *extra],
                               cwd=REPO, env=_env(), capture_output=True, text=True)
         assert proc.returncode == 0, proc.stderr[-3000:]
         # Restore into a BertClassifier: every object must match (a pretrainer would not).
-        import models  # noqa: F401
-        from models.bert import BertClassifier, BertConfig
+        import textrain.models as models  # noqa: F401
+        from textrain.models.bert import BertClassifier, BertConfig
 
         manifest = json.load(open(data / "tsv_classification" / "tsv_classification-train.manifest.json"))
         clf = BertClassifier(BertConfig.preset("tiny", vocab_size=manifest["settings"]["vocab_size"]), num_labels=2)
@@ -227,11 +227,11 @@ def test_train_gpu_builds_a_classifier_and_layerwise_decay_reaches_the_optimizer
 @pytest.mark.slow
 def test_train_gpu_do_eval_reports_pretraining_metrics_on_dev(tmp_path):
     data, run = tmp_path / "data", tmp_path / "run"
-    gen = subprocess.run([sys.executable, "-m", "framework.datagen", "--problem=bert_pretrain", f"--input_file={EMMA}",
+    gen = subprocess.run([sys.executable, "-m", "textrain.framework.datagen", "--problem=bert_pretrain", f"--input_file={EMMA}",
                           f"--data_dir={data}", "--vocab_size=600", "--max_seq_length=32", "--max_predictions_per_seq=5",
                           "--dev_fraction=0.1", "--dupe_factor=1"], cwd=REPO, env=_env(), capture_output=True, text=True)
     assert gen.returncode == 0, gen.stderr[-2000:]
-    proc = subprocess.run([sys.executable, "-m", "trainers.train_gpu", "--problem=bert_pretrain", "--model=bert",
+    proc = subprocess.run([sys.executable, "-m", "textrain.trainers.train_gpu", "--problem=bert_pretrain", "--model=bert",
                            "--model_size=tiny", f"--data_dir={data}", f"--model_dir={run}", "--max_seq_length=32",
                            "--max_predictions_per_seq=5", "--train_batch_size=16", "--num_train_steps=2", "--do_eval",
                            "--max_eval_steps=3", "--num_gpus=2"], cwd=REPO, env=_env(), capture_output=True, text=True)

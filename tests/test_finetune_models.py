@@ -7,16 +7,16 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import models  # noqa: F401  (registers the models)
-from framework import registry
-from models.bert import BertClassifier, BertConfig, BertPretrainer
-from models.checkpoints import CheckpointMismatchError, write_tf1_checkpoint
-from models.electra import ElectraClassifier, ElectraConfig, ElectraPretrainer
-from models.task_heads import task_terms
-from models.xlnet import XLNetClassifier, XLNetConfig, XLNetEncoder, XLNetPretrainer
-from trainers import core
-from trainers.evaluation import evaluate
-from trainers.optimization import create_optimizer, model_depth_fn
+import textrain.models as models  # noqa: F401  (registers the models)
+from textrain.framework import registry
+from textrain.models.bert import BertClassifier, BertConfig, BertPretrainer
+from textrain.models.checkpoints import CheckpointMismatchError, write_tf1_checkpoint
+from textrain.models.electra import ElectraClassifier, ElectraConfig, ElectraPretrainer
+from textrain.models.task_heads import task_terms
+from textrain.models.xlnet import XLNetClassifier, XLNetConfig, XLNetEncoder, XLNetPretrainer
+from textrain.trainers import core
+from textrain.trainers.evaluation import evaluate
+from textrain.trainers.optimization import create_optimizer, model_depth_fn
 
 VOCAB = 40
 L = 8
@@ -70,7 +70,7 @@ def test_classifiers_are_registered_and_build_themselves_from_flags():
         assert registry.models.get(name) is cls
     # train_gpu's model_builder prefers the class's own build_from_flags (the pretrainer's module function
     # used to win and built a BertPretrainer for --model=bert_classifier).
-    from trainers.train_gpu import model_builder
+    from textrain.trainers.train_gpu import model_builder
 
     model = model_builder(BertClassifier)(flags, manifest)
     assert isinstance(model, BertClassifier) and model.num_labels == 3 and model.config.vocab_size == VOCAB
@@ -176,7 +176,7 @@ def test_a_pretraining_checkpoint_passes_the_resume_check_of_its_own_model(tmp_p
     resume check (trainers/checkpoint_checks.py) accepts a fresh model of the same config. ELECTRA's
     discriminator head used to record both of its dense kernels as `discriminator_predictions/kernel`,
     and every ELECTRA pretraining run refused to resume ("holds a checkpoint of a different model")."""
-    from trainers import checkpoint_checks as cc
+    from textrain.trainers import checkpoint_checks as cc
 
     make_pretrainer, _ = FAMILIES[family]
     model = make_pretrainer()
@@ -281,14 +281,14 @@ def test_layerwise_lr_decay_scales_each_layers_update(family, style_top):
 
 
 def clf_name(model, var) -> int:
-    from models.checkpoints import backing_variable
+    from textrain.models.checkpoints import backing_variable
 
     return id(backing_variable(var))
 
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_export_reloads_with_the_keras_models_outputs(tmp_path, family):
-    from trainers.export import export_classifier
+    from textrain.trainers.export import export_classifier
 
     clf = FAMILIES[family][1](num_labels=3)
     f = features(xlnet=family == "xlnet")

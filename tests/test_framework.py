@@ -16,9 +16,9 @@ import pytest
 import tensorflow as tf
 
 import toy_problems  # noqa: F401  (registers toy_lines)
-from framework import corpus, pipeline, records, registry
-from framework.problem import DataParams, ModeKeys, SettingsMismatchError, shard_rng
-from trainers import core  # noqa: E402
+from textrain.framework import corpus, pipeline, records, registry
+from textrain.framework.problem import DataParams, ModeKeys, SettingsMismatchError, shard_rng
+from textrain.trainers import core  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 EMMA = os.path.join(HERE, "data", "austen_emma.txt")

@@ -5,11 +5,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from models.layers.activations import get_activation
-from models.layers.attention import MultiHeadAttention
-from models.layers.embeddings import TransformerEmbeddings
-from models.layers.softmax import masked_softmax
-from models.layers.transformer import TransformerEncoder
+from textrain.models.layers.activations import get_activation
+from textrain.models.layers.attention import MultiHeadAttention
+from textrain.models.layers.embeddings import TransformerEmbeddings
+from textrain.models.layers.softmax import masked_softmax
+from textrain.models.layers.transformer import TransformerEncoder
 
 TINY = dict(vocab_size=40, hidden_size=16, num_layers=2, num_heads=2, intermediate_size=32,
             max_position_embeddings=12, type_vocab_size=2)
@@ -156,7 +156,7 @@ def test_encoder_under_bf16_policy_is_finite(bf16_policy):
 
 def _fused_and_plain(fn, inputs, variables=()):
     """(value, gradients) of `fn` on a training-step-sized input: fused path, then op-by-op path."""
-    from models.layers import fused
+    from textrain.models.layers import fused
     results = []
     for min_size in (fused.FUSE_MIN_SIZE, 1 << 62):  # fusable, then never fusable
         old, fused.FUSE_MIN_SIZE = fused.FUSE_MIN_SIZE, min_size
@@ -175,7 +175,7 @@ def _fused_and_plain(fn, inputs, variables=()):
 def test_fused_elementwise_chains_equal_the_op_by_op_ones(dtype):
     """GELU (both), Keras-compatible LayerNorm and the masked softmax: the XLA-fused forward and gradient
     of a large tensor give the op-by-op values (a fully padded example included)."""
-    from models.layers import fused
+    from textrain.models.layers import fused
     x = tf.cast(tf.random.stateless_normal([4, 64, 256], [3, 4]) * 3, dtype)
     tol = dict(rtol=1e-5, atol=1e-5) if dtype == tf.float32 else dict(rtol=2e-2, atol=2e-2)
     policy = "mixed_bfloat16" if dtype == tf.bfloat16 else "float32"
@@ -210,7 +210,7 @@ def _dropped(layer_or_fn, x, dy):
 def test_fused_dropout_rate_scale_gradient_and_reproducibility(dtype):
     """The fused Dropout drops a Bernoulli(rate) set, scales the rest by 1/(1-rate) as Keras does, sends the
     gradient through the same set, draws fresh decisions per call and repeats them for the same seed."""
-    from models.layers import fused
+    from textrain.models.layers import fused
     x = tf.random.stateless_normal([4, 64, 256], [3, 4])
     dy = tf.random.stateless_normal([4, 64, 256], [5, 6])
     assert fused.fusable(x)
@@ -237,7 +237,7 @@ def test_stateless_dropout_decisions_are_independent_across_positions_and_seeds(
     """The counter hash behind the fused dropout: no correlation between an element and its neighbours at
     the strides of a [batch, heads, query, key] tensor, nor between seeds that differ in one bit; int64
     seeds (XLNet's fold_in) use all their bits."""
-    from models.layers import fused
+    from textrain.models.layers import fused
     x = tf.ones([8, 4, 128, 128])
     drop = lambda seed: (fused.stateless_dropout(x, 0.1, tf.constant(seed)).numpy() == 0).ravel()  # noqa: E731
     a = drop([1, 2]).astype(np.float64)
@@ -254,7 +254,7 @@ def test_stateless_dropout_decisions_are_independent_across_positions_and_seeds(
 
 def test_fused_cross_entropy_equals_tensorflows():
     """The fused MLM cross-entropy: TensorFlow's loss and gradient (2-D and 3-D logits, large logits)."""
-    from models.layers import fused
+    from textrain.models.layers import fused
     for shape in ([64, 2048], [4, 16, 1024]):
         logits = tf.random.stateless_normal(shape, [1, 2]) * 8
         labels = tf.random.stateless_uniform(shape[:-1], [3, 4], 0, shape[-1], tf.int32)

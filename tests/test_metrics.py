@@ -4,7 +4,7 @@ import math
 import numpy as np
 import pytest
 
-from framework import metrics
+from textrain.framework import metrics
 
 
 def test_accuracy():

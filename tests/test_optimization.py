@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from trainers import optimization as opt
+from textrain.trainers import optimization as opt
 
 
 def _lr(schedule, step):

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from framework import flag_aliases as fa
+from textrain.framework import flag_aliases as fa
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -46,7 +46,7 @@ def test_the_document_holds_exactly_the_table():
 def _defined_flag_names() -> set[str]:
     from absl import flags
 
-    from trainers import launch
+    from textrain.trainers import launch
 
     launch.define_all_flags([])  # the trainers' flags and every problem's settings
     # framework/datagen.py's own flags (it cannot be imported beside the trainers' definitions of --problem).
@@ -188,13 +188,13 @@ def corpus(tmp_path_factory) -> str:
 @pytest.mark.slow
 def test_xlnet_original_lines_train_without_seed_save_and_resume(corpus, tmp_path):
     save_dir = str(tmp_path / "proc_data")
-    gen = _run(["framework.datagen", f"--input_glob={corpus}", f"--save_dir={save_dir}", "--bsz_per_host=4",
+    gen = _run(["textrain.framework.datagen", f"--input_glob={corpus}", f"--save_dir={save_dir}", "--bsz_per_host=4",
                 "--num_core_per_host=2", "--seq_len=32", "--reuse_len=16", "--num_predict=5", "--bi_data=True",
                 "--uncased=False", "--mask_alpha=6", "--mask_beta=1", "--num_passes=1", "--use_tpu=False",
                 "--vocab_size=300"])
     assert gen.returncode == 0, gen.stderr[-3000:]
     model_dir = str(tmp_path / "run")
-    line = ["trainers.train_gpu", f"--record_info_dir={save_dir}/tfrecords", f"--model_dir={model_dir}",
+    line = ["textrain.trainers.train_gpu", f"--record_info_dir={save_dir}/tfrecords", f"--model_dir={model_dir}",
             "--num_core_per_host=2", "--train_batch_size=4", "--seq_len=32", "--reuse_len=16", "--num_predict=5",
             "--bi_data=True", "--mem_len=8", "--n_layer=1", "--d_model=16", "--d_embed=16", "--n_head=2",
             "--d_head=8", "--d_inner=32", "--learning_rate=1e-3", "--warmup_steps=1", "--save_steps=2",
@@ -220,7 +220,7 @@ def test_xlnet_original_lines_train_without_seed_save_and_resume(corpus, tmp_pat
 @pytest.mark.slow
 def test_bert_and_electra_original_lines(corpus, tmp_path):
     out_dir = tmp_path / "bert_data"
-    gen = _run(["framework.datagen", f"--input_file={corpus}", f"--output_file={out_dir}/tf_examples.tfrecord",
+    gen = _run(["textrain.framework.datagen", f"--input_file={corpus}", f"--output_file={out_dir}/tf_examples.tfrecord",
                 "--do_lower_case=True", "--max_seq_length=32", "--max_predictions_per_seq=5", "--masked_lm_prob=0.15",
                 "--random_seed=12345", "--dupe_factor=1", "--short_seq_prob=0.1", "--vocab_size=300"])
     assert gen.returncode == 0, gen.stderr[-3000:]
@@ -231,7 +231,7 @@ def test_bert_and_electra_original_lines(corpus, tmp_path):
                                   "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 32,
                                   "max_position_embeddings": 64, "type_vocab_size": 2}))
     run = tmp_path / "bert_run"
-    train = _run(["trainers.train_tpu", f"--input_file={out_dir}/tf_examples.tfrecord", f"--output_dir={run}",
+    train = _run(["textrain.trainers.train_tpu", f"--input_file={out_dir}/tf_examples.tfrecord", f"--output_dir={run}",
                   "--do_train=True", "--do_eval=False", f"--bert_config_file={config}", "--train_batch_size=8",
                   "--max_seq_length=32", "--max_predictions_per_seq=5", "--num_train_steps=2",
                   "--num_warmup_steps=1", "--learning_rate=1e-3", "--save_checkpoints_steps=2",
@@ -243,13 +243,13 @@ def test_bert_and_electra_original_lines(corpus, tmp_path):
     corpus_dir = tmp_path / "corpus_dir"
     corpus_dir.mkdir()
     (corpus_dir / "emma.txt").write_text(open(corpus, encoding="utf-8").read())
-    gen = _run(["framework.datagen", "--corpus-dir", str(corpus_dir), "--vocab-file", str(vocab), "--output-dir",
+    gen = _run(["textrain.framework.datagen", "--corpus-dir", str(corpus_dir), "--vocab-file", str(vocab), "--output-dir",
                 f"{electra_dir}/pretrain_tfrecords", "--max-seq-length", "32", "--num-processes", "1"])
     assert gen.returncode == 0, gen.stderr[-3000:]
     hparams = {"model_size": "small", "num_train_steps": 2, "train_batch_size": 8, "max_seq_length": 32,
                "learning_rate": 1e-3, "num_warmup_steps": 1, "iterations_per_loop": 2, "save_checkpoints_steps": 2,
                "vocab_size": len(vocab.read_text().splitlines())}
-    train = _run(["trainers.train_gpu", "--data-dir", str(electra_dir), "--model-name", "tiny", "--hparams",
+    train = _run(["textrain.trainers.train_gpu", "--data-dir", str(electra_dir), "--model-name", "tiny", "--hparams",
                   json.dumps(hparams), f"--electra_config_file={config}", "--num_gpus=1"])
     assert train.returncode == 0, train.stderr[-3000:]
     assert _final(train.stdout)["step"] == 2

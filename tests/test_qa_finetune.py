@@ -24,7 +24,7 @@ def files(tmp_path_factory):
 
 
 def _finetune(tmp_path, gin_file, *params):
-    cmd = [sys.executable, "-m", "trainers.finetune", f"--gin_file=configs/{gin_file}",
+    cmd = [sys.executable, "-m", "textrain.trainers.finetune", f"--gin_file=configs/{gin_file}",
            f"--gin_param=finetune.data_dir='{tmp_path}/data'", f"--gin_param=finetune.model_dir='{tmp_path}/model'",
            "--gin_param=finetune.max_seq_length=64", "--gin_param=finetune.num_train_steps=3",
            "--gin_param=finetune.train_batch_size=4", "--gin_param=finetune.eval_batch_size=3",
@@ -50,7 +50,7 @@ def _check_squad_outputs(tmp_path, summary, gold_path, v2):
     assert set(nbest) == qids and all(abs(sum(e["probability"] for e in v) - 1) < 1e-6 for v in nbest.values())
     assert os.path.exists(model_dir / "predict_dev" / "null_odds.json") == v2
     # the metrics in eval_results.json are those of the written predictions, by the official rules
-    from problems import qa_postprocess as qp
+    from textrain.problems import qa_postprocess as qp
     if not v2:
         assert qp.squad_v1_metrics(qp.gold_from_dataset(gold), preds)["f1"] == pytest.approx(dev["f1"])
 
@@ -73,10 +73,10 @@ def test_bert_squad_v2_trains_evaluates_predicts_and_exports(tmp_path, files):
         assert text == (spans[0] if spans else ""), qid
     assert any(preds.values())
     # the SavedModel: ids in -> start/end logits out, equal to the best checkpoint's Keras model
-    from framework.problem import DataParams, ModeKeys
-    from models.bert import BertConfig
-    from models.qa_heads import BertSquad
-    from problems.squad import SquadHParams, SquadV2
+    from textrain.framework.problem import DataParams, ModeKeys
+    from textrain.models.bert import BertConfig
+    from textrain.models.qa_heads import BertSquad
+    from textrain.problems.squad import SquadHParams, SquadV2
 
     problem = SquadV2(SquadHParams(predict_file=files["v2"], vocab_file=files["vocab"], max_seq_length=64))
     batch = next(iter(problem.dataset(ModeKeys.EVAL, str(tmp_path / "data"),

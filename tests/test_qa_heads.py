@@ -4,12 +4,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from models import qa_heads
-from models.base import weighted_loss
-from models.bert import BertConfig
-from models.checkpoints import load_tf1_checkpoint, write_tf1_checkpoint
-from models.electra import ElectraConfig
-from models.xlnet import XLNetConfig
+from textrain.models import qa_heads
+from textrain.models.base import weighted_loss
+from textrain.models.bert import BertConfig
+from textrain.models.checkpoints import load_tf1_checkpoint, write_tf1_checkpoint
+from textrain.models.electra import ElectraConfig
+from textrain.models.xlnet import XLNetConfig
 
 B, L, V = 4, 16, 100
 

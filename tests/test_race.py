@@ -4,9 +4,9 @@ import json
 import numpy as np
 import pytest
 
-from framework import text_encoders
-from framework.problem import DataParams, ModeKeys
-from problems import race
+from textrain.framework import text_encoders
+from textrain.framework.problem import DataParams, ModeKeys
+from textrain.problems import race
 from tests import qa_fixtures
 
 

@@ -19,7 +19,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import toy_problems  # noqa: E402
-from framework import cli, locks, records  # noqa: E402
+from textrain.framework import cli, locks, records  # noqa: E402
 
 EMMA = os.path.join(HERE, "data", "austen_emma.txt")
 

@@ -8,10 +8,10 @@ import sys
 import numpy as np
 import pytest
 
-from framework import text_encoders
-from framework.problem import DataParams, DatasetSplit, ModeKeys
-from problems import qa_postprocess as qp
-from problems import squad
+from textrain.framework import text_encoders
+from textrain.framework.problem import DataParams, DatasetSplit, ModeKeys
+from textrain.problems import qa_postprocess as qp
+from textrain.problems import squad
 from tests import qa_fixtures
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -243,7 +243,7 @@ def test_beam_nbest_on_hand_made_beams(sp):
 # Through the CLI: datagen -> records + sidecar -> oracle outputs -> predictions and EM/F1
 # ---------------------------------------------------------------------------------------------- #
 def _datagen(tmp_path, problem, *flags):
-    cmd = [sys.executable, "-m", "framework.datagen", f"--problem={problem}", f"--data_dir={tmp_path}/data",
+    cmd = [sys.executable, "-m", "textrain.framework.datagen", f"--problem={problem}", f"--data_dir={tmp_path}/data",
            f"--tmp_dir={tmp_path}/tmp", *flags]
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=240,
                           env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
@@ -320,8 +320,8 @@ def test_squad_errors_name_the_file_and_question(tmp_path):
 def test_xlnet_serving_features_rebuild_p_mask_and_cls_index_from_the_ids(sp):
     """The exported ids signature has no p_mask / cls_index: the model derives them; they must equal
     the records'."""
-    from models.qa_heads import XLNetSquad
-    from models.xlnet import XLNetConfig
+    from textrain.models.qa_heads import XLNetSquad
+    from textrain.models.xlnet import XLNetConfig
 
     context = qa_fixtures.PARAGRAPHS[2]["context"]
     feats, _ = squad.sentencepiece_features(_example(context, "Who lived there?", "Miss Jane Fairfax"), 0, sp,

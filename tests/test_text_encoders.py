@@ -14,7 +14,7 @@ import unicodedata
 import numpy as np
 import pytest
 
-from framework import text_encoders as te
+from textrain.framework import text_encoders as te
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 EMMA = os.path.join(DATA, "austen_emma.txt")
@@ -504,7 +504,7 @@ def test_t2t_token_classes_are_unicode_letters_and_numbers():
 
 def test_wordpiece_vocab_is_deterministic(tmp_path):
     """The same corpus gives the same vocab file (HF's own trainer breaks ties by hash order)."""
-    from framework.text_encoders import build_wordpiece_vocab
+    from textrain.framework.text_encoders import build_wordpiece_vocab
 
     emma = os.path.join(os.path.dirname(__file__), "data", "austen_emma.txt")
     a = build_wordpiece_vocab(emma, 1500, str(tmp_path / "a.txt"))
@@ -516,7 +516,7 @@ def test_wordpiece_vocab_is_deterministic(tmp_path):
 
 
 def test_learn_wordpiece_merges_most_frequent_pair_first():
-    from framework.text_encoders import learn_wordpiece
+    from textrain.framework.text_encoders import learn_wordpiece
 
     counts = {"low": 5, "lower": 2, "newest": 6, "widest": 3}
     vocab = learn_wordpiece(counts, 100, min_frequency=2)
@@ -532,7 +532,7 @@ def test_learn_wordpiece_merges_most_frequent_pair_first():
 
 def test_bert_char_classes_cache_round_trips(tmp_path, monkeypatch):
     """Worker processes read BERT's Unicode classes from a disk cache; it must equal a fresh scan."""
-    from framework import text_encoders as te
+    from textrain.framework import text_encoders as te
 
     monkeypatch.setenv("TEXTRAIN_CACHE", str(tmp_path))
     first = te._cached_bert_char_classes()  # computes and writes the cache

@@ -6,8 +6,8 @@ import os
 import pytest
 import tensorflow as tf
 
-from framework.problem import DataParams, ModeKeys
-from framework.text_problems import Text2ClassProblem, Text2SelfProblem
+from textrain.framework.problem import DataParams, ModeKeys
+from textrain.framework.text_problems import Text2ClassProblem, Text2SelfProblem
 from toy_problems import ByteEncoder
 
 EMMA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "austen_emma.txt")

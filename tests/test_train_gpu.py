@@ -29,7 +29,7 @@ def toy_data(tmp_path_factory):
     """Records of the usr_dir problem, made by the datagen CLI."""
     root = tmp_path_factory.mktemp("toy")
     data = root / "data"
-    proc = subprocess.run([sys.executable, "-m", "framework.datagen", f"--usr_dir={USR_TOY}",
+    proc = subprocess.run([sys.executable, "-m", "textrain.framework.datagen", f"--usr_dir={USR_TOY}",
                            "--problem=usr_toy_problem", f"--data_dir={data}", f"--tmp_dir={root}"],
                           cwd=REPO, env=_env(), capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -44,7 +44,7 @@ def _env(**extra) -> dict:
 
 
 def _train_cmd(usr: str, data: str, model_dir: str, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "trainers.train_gpu", f"--usr_dir={usr}", "--problem=usr_toy_problem",
+    return [sys.executable, "-m", "textrain.trainers.train_gpu", f"--usr_dir={usr}", "--problem=usr_toy_problem",
             f"--data_dir={data}", "--model=usr_toy_model", f"--model_dir={model_dir}",
             "--train_batch_size=16", "--num_train_steps=6", "--num_warmup_steps=1", "--learning_rate=0.1",
             "--iterations_per_loop=3", "--save_checkpoints_steps=3", "--seed=1", *extra]
@@ -83,7 +83,7 @@ def test_cli_refuses_settings_that_disagree_with_the_manifest(toy_data, tmp_path
 
 
 def test_cli_requires_its_flags():
-    proc = subprocess.run([sys.executable, "-m", "trainers.train_gpu", "--problem=x"], cwd=REPO, env=_env(),
+    proc = subprocess.run([sys.executable, "-m", "textrain.trainers.train_gpu", "--problem=x"], cwd=REPO, env=_env(),
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0 and "--data_dir" in proc.stderr and "--model_dir" in proc.stderr
 
@@ -183,7 +183,7 @@ def test_bert_end_to_end_datagen_then_cli(tmp_path):
     with open(os.path.join(HERE, "data", "austen_emma.txt"), encoding="utf-8") as f:
         corpus.write_text("".join(f.readlines()[:600]))
     data = tmp_path / "data"
-    gen = subprocess.run([sys.executable, "-m", "framework.datagen", "--problem=bert_pretrain",
+    gen = subprocess.run([sys.executable, "-m", "textrain.framework.datagen", "--problem=bert_pretrain",
                           f"--data_dir={data}", f"--tmp_dir={tmp_path}", f"--input_file={corpus}",
                           "--vocab_size=300", "--max_seq_length=32", "--max_predictions_per_seq=5",
                           "--dupe_factor=1"], cwd=REPO, env=_env(), capture_output=True, text=True, timeout=300)
@@ -195,7 +195,7 @@ def test_bert_end_to_end_datagen_then_cli(tmp_path):
                                   "num_attention_heads": 2, "intermediate_size": 32,
                                   "max_position_embeddings": 64, "type_vocab_size": 2}))
     run = tmp_path / "run"
-    proc = subprocess.run([sys.executable, "-m", "trainers.train_gpu", "--problem=bert_pretrain",
+    proc = subprocess.run([sys.executable, "-m", "textrain.trainers.train_gpu", "--problem=bert_pretrain",
                            f"--data_dir={data}", "--model=bert", f"--model_dir={run}",
                            f"--bert_config_file={config}", "--train_batch_size=8", "--num_train_steps=4",
                            "--num_warmup_steps=1", "--learning_rate=1e-3", "--iterations_per_loop=2",
@@ -206,7 +206,7 @@ def test_bert_end_to_end_datagen_then_cli(tmp_path):
     assert out["step"] == 4 and np.isfinite(out["loss"])
     assert tf.train.latest_checkpoint(str(run)).endswith("ckpt-4")
     # A setting that disagrees with the data is refused, naming both values.
-    bad = subprocess.run([sys.executable, "-m", "trainers.train_gpu", "--problem=bert_pretrain",
+    bad = subprocess.run([sys.executable, "-m", "textrain.trainers.train_gpu", "--problem=bert_pretrain",
                           f"--data_dir={data}", "--model=bert", f"--model_dir={tmp_path / 'bad'}",
                           f"--bert_config_file={config}", "--max_seq_length=64"],
                          cwd=REPO, env=_env(), capture_output=True, text=True, timeout=300)

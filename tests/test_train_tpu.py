@@ -37,14 +37,14 @@ def _env(**extra) -> dict:
 @pytest.fixture(scope="module")
 def toy_data(tmp_path_factory) -> str:
     data = str(tmp_path_factory.mktemp("tpu_toy") / "data")
-    proc = subprocess.run([sys.executable, "-m", "framework.datagen", f"--usr_dir={USR}", "--problem=usr_toy_problem",
+    proc = subprocess.run([sys.executable, "-m", "textrain.framework.datagen", f"--usr_dir={USR}", "--problem=usr_toy_problem",
                            f"--data_dir={data}"], cwd=REPO, env=_env(), capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return data
 
 
 def _tpu_cmd(data: str, model_dir: str, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "trainers.train_tpu", "--use_tpu=false", f"--usr_dir={USR}",
+    return [sys.executable, "-m", "textrain.trainers.train_tpu", "--use_tpu=false", f"--usr_dir={USR}",
             "--problem=usr_toy_problem", f"--data_dir={data}", "--model=usr_toy_model", f"--model_dir={model_dir}",
             "--train_batch_size=16", "--num_warmup_steps=2", "--learning_rate=0.1", "--seed=3", *extra]
 
@@ -151,7 +151,7 @@ def test_sigterm_saves_and_exits_143(toy_data, tmp_path):
 
 
 def test_use_tpu_refuses_local_paths_with_one_line(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "trainers.train_tpu", "--use_tpu", "--tpu=my-tpu",
+    proc = subprocess.run([sys.executable, "-m", "textrain.trainers.train_tpu", "--use_tpu", "--tpu=my-tpu",
                            "--problem=bert_pretrain", f"--data_dir={tmp_path}", "--model=bert",
                            "--model_dir=gs://bucket/run"], cwd=REPO, env=_env(), capture_output=True, text=True,
                           timeout=120)
@@ -167,8 +167,8 @@ def test_use_tpu_refuses_local_paths_with_one_line(tmp_path):
 def test_use_tpu_names_each_local_path_flag(flag):
     from absl import flags
 
-    from framework import cli
-    from trainers import launch, train_tpu
+    from textrain.framework import cli
+    from textrain.trainers import launch, train_tpu
 
     launch.define_all_flags([])
     argv = ["textrain-train-tpu", "--use_tpu", "--data_dir=gs://b/data", "--model_dir=gs://b/run",
@@ -188,7 +188,7 @@ def test_the_tpu_replica_step_compiles_with_xla_on_cpu(tmp_path):
     """The TrainConfig the TPU trainer uses (train_tpu.TPU_CONFIG) on the one loop: the step's forward and
     backward pass is one XLA program on CPU (its HLO), and training with it runs."""
     from tests.test_trainer_core import Toy, make_dataset_fn, one_device, write_records
-    from trainers import core, optimization, train_tpu
+    from textrain.trainers import core, optimization, train_tpu
 
     assert train_tpu.TPU_CONFIG["jit_compile"] is True and train_tpu.TPU_CONFIG["input_mode"] == "distributed"
     paths = write_records(str(tmp_path / "data"))

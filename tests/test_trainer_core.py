@@ -28,8 +28,8 @@ if __name__ == "__main__":  # script mode: quiet TF before importing it
 
 import tensorflow as tf  # noqa: E402
 
-from models.base import StepOutput, Term, TrainableModel  # noqa: E402
-from trainers import core, optimization  # noqa: E402
+from textrain.models.base import StepOutput, Term, TrainableModel  # noqa: E402
+from textrain.trainers import core, optimization  # noqa: E402
 
 
 # ------------------------------------------------------------------------------------ toy pieces
@@ -304,7 +304,7 @@ def test_nan_loss_skipped_by_option(tmp_path):
 
 
 def test_init_checkpoint_from_tf1_release_and_from_ours(tmp_path):
-    from models.checkpoints import write_tf1_checkpoint
+    from textrain.models.checkpoints import write_tf1_checkpoint
 
     paths = write_records(str(tmp_path / "data"))
     kernel = np.full((DIM, CLASSES), 0.25, np.float32)

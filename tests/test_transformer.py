@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from framework import bleu, pipeline
-from models import beam_search
-from models.transformer import (Transformer, parse_hparams, smoothed_cross_entropy, timing_signal,
+from textrain.framework import bleu, pipeline
+from textrain.models import beam_search
+from textrain.models.transformer import (Transformer, parse_hparams, smoothed_cross_entropy, timing_signal,
                                 vocab_from_manifest)
-from trainers.optimization import RsqrtDecaySchedule, create_optimizer
+from textrain.trainers.optimization import RsqrtDecaySchedule, create_optimizer
 
 TINY = "hidden_size=32,filter_size=64,num_heads=4,num_hidden_layers=2"
 
@@ -269,7 +269,7 @@ def test_token_batches_stay_within_budget_and_pad_less_than_pad_to_max():
 
 
 def test_token_batching_per_replica():
-    from framework.problem import DataParams  # noqa: F401  (the reading side's knobs)
+    from textrain.framework.problem import DataParams  # noqa: F401  (the reading side's knobs)
 
     ctx = tf.distribute.InputContext(num_input_pipelines=1, input_pipeline_id=0, num_replicas_in_sync=2)
     per_replica = ctx.get_per_replica_batch_size(2048)

@@ -9,10 +9,10 @@ import sys
 import pytest
 import tensorflow as tf
 
-from framework import corpus, registry, text_encoders
-from framework.problem import DataParams, ModeKeys
-import problems  # noqa: F401
-from problems.translate import TranslateEnzhSub8k, parallel_pairs
+from textrain.framework import corpus, registry, text_encoders
+from textrain.framework.problem import DataParams, ModeKeys
+import textrain.problems as problems  # noqa: F401
+from textrain.problems.translate import TranslateEnzhSub8k, parallel_pairs
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -51,7 +51,7 @@ def test_missing_parallel_file(tmp_path):
 def test_datagen_end_to_end(tmp_path, parallel_dir):
     data_dir = str(tmp_path / "data")
     proc = subprocess.run(
-        [sys.executable, "-m", "framework.datagen", "--problem=translate_enzh_sub8k",
+        [sys.executable, "-m", "textrain.framework.datagen", "--problem=translate_enzh_sub8k",
          f"--data_dir={data_dir}", f"--tmp_dir={parallel_dir}", "--num_workers=2"],
         cwd=REPO, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -77,13 +77,13 @@ def test_datagen_end_to_end(tmp_path, parallel_dir):
         assert batch["inputs"].shape[1] <= 64 and batch["targets"].shape[1] <= 64
     # Re-running skips the complete splits (vocabulary and shards reused).
     again = subprocess.run(
-        [sys.executable, "-m", "framework.datagen", "--problem=translate_enzh_sub8k",
+        [sys.executable, "-m", "textrain.framework.datagen", "--problem=translate_enzh_sub8k",
          f"--data_dir={data_dir}", f"--tmp_dir={parallel_dir}"], cwd=REPO, capture_output=True, text=True)
     assert again.returncode == 0 and "skipping" in again.stderr
 
 
 def test_unknown_problem_is_a_usage_error(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "framework.datagen", "--problem=nope",
+    proc = subprocess.run([sys.executable, "-m", "textrain.framework.datagen", "--problem=nope",
                            f"--data_dir={tmp_path}"], cwd=REPO, capture_output=True, text=True)
     assert proc.returncode != 0
     assert "unknown problem 'nope'" in proc.stderr and "translate_enzh_sub8k" in proc.stderr
@@ -92,7 +92,7 @@ def test_unknown_problem_is_a_usage_error(tmp_path):
 def test_bad_utf8_input_names_file_and_line(tmp_path):
     (tmp_path / "train.en").write_bytes(b"hello\nworld \xff\n")
     (tmp_path / "train.zh").write_text("a\nb\n")
-    proc = subprocess.run([sys.executable, "-m", "framework.datagen", "--problem=translate_enzh_sub8k",
+    proc = subprocess.run([sys.executable, "-m", "textrain.framework.datagen", "--problem=translate_enzh_sub8k",
                            f"--data_dir={tmp_path}/d", f"--tmp_dir={tmp_path}"],
                           cwd=REPO, capture_output=True, text=True)
     assert proc.returncode != 0

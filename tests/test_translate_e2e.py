@@ -45,12 +45,12 @@ def trained(tmp_path_factory):
     (raw / "train.en").write_text("".join(s + "\n" for s, _ in data))
     (raw / "train.zh").write_text("".join(t + "\n" for _, t in data))
     data_dir, model_dir = str(root / "data"), str(root / "model")
-    proc = run("framework.datagen", "--problem=translate_enzh_sub8k", f"--data_dir={data_dir}",
+    proc = run("textrain.framework.datagen", "--problem=translate_enzh_sub8k", f"--data_dir={data_dir}",
                f"--tmp_dir={raw}", "--dev_every=10")
     assert proc.returncode == 0, proc.stderr[-3000:]
     common = ["--problem=translate_enzh_sub8k", f"--data_dir={data_dir}", "--model=transformer",
               "--hparams_set=transformer_tiny", f"--hparams={TINY}"]
-    proc = run("trainers.train_gpu", *common, f"--model_dir={model_dir}", "--num_train_steps=6",
+    proc = run("textrain.trainers.train_gpu", *common, f"--model_dir={model_dir}", "--num_train_steps=6",
                "--save_checkpoints_steps=2", "--iterations_per_loop=2", "--log_steps=2", "--train_batch_size=256",
                "--max_length=32")
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -75,10 +75,10 @@ def test_training_through_the_cli_uses_the_hparams_set(trained):
 @pytest.mark.slow
 def test_average_then_decode_from_a_file_and_stdin(trained):
     model_dir, avg_dir = trained["model_dir"], str(trained["root"] / "avg")
-    proc = run("trainers.avg_checkpoints", f"--model_dir={model_dir}", "--num_last_checkpoints=3",
+    proc = run("textrain.trainers.avg_checkpoints", f"--model_dir={model_dir}", "--num_last_checkpoints=3",
                f"--output_dir={avg_dir}")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    from trainers.avg_checkpoints import model_variable_keys
+    from textrain.trainers.avg_checkpoints import model_variable_keys
 
     averaged = tf.train.load_checkpoint(tf.train.latest_checkpoint(avg_dir))
     readers = [tf.train.load_checkpoint(os.path.join(model_dir, f"ckpt-{s}")) for s in (2, 4, 6)]
@@ -88,7 +88,7 @@ def test_average_then_decode_from_a_file_and_stdin(trained):
     for key in keys:
         np.testing.assert_allclose(averaged.get_tensor(key),
                                    np.mean([r.get_tensor(key) for r in readers], axis=0), rtol=1e-6, atol=1e-7)
-    proc = run("trainers.avg_checkpoints", f"--model_dir={model_dir}", "--num_last_checkpoints=9",
+    proc = run("textrain.trainers.avg_checkpoints", f"--model_dir={model_dir}", "--num_last_checkpoints=9",
                f"--output_dir={avg_dir}")
     assert proc.returncode == 1 and "has 3 checkpoint(s)" in proc.stderr
 
@@ -96,7 +96,7 @@ def test_average_then_decode_from_a_file_and_stdin(trained):
     src, ref, out = (trained["root"] / n for n in ("dev.en", "dev.zh", "dev.hyp"))
     src.write_text("".join(s + "\n" for s, _ in dev))
     ref.write_text("".join(t + "\n" for _, t in dev))
-    proc = run("trainers.decode", *trained["common"], f"--checkpoint_path={avg_dir}", f"--decode_from_file={src}",
+    proc = run("textrain.trainers.decode", *trained["common"], f"--checkpoint_path={avg_dir}", f"--decode_from_file={src}",
                f"--decode_to_file={out}", f"--reference_file={ref}", "--beam_size=2", "--decode_batch_size=3")
     assert proc.returncode == 0, proc.stderr[-3000:]
     hyps = out.read_text().split("\n")
@@ -105,12 +105,12 @@ def test_average_then_decode_from_a_file_and_stdin(trained):
     assert report.startswith("BLEU = ") and "tok:zh" in report
     assert not [p for p in os.listdir(trained["root"]) if "incomplete" in p]
 
-    proc = run("trainers.decode", *trained["common"], f"--model_dir={model_dir}", "--beam_size=1",
+    proc = run("textrain.trainers.decode", *trained["common"], f"--model_dir={model_dir}", "--beam_size=1",
                stdin="one two\nred cat\n")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert len(proc.stdout.split("\n")) == 3 and "ckpt-6" in proc.stderr  # latest checkpoint, 2 lines
 
     wrong = [a if not a.startswith("--hparams=") else "--hparams=hidden_size=64,num_heads=2" for a in trained["common"]]
-    proc = run("trainers.decode", *wrong, f"--model_dir={model_dir}", stdin="one\n")
+    proc = run("textrain.trainers.decode", *wrong, f"--model_dir={model_dir}", stdin="one\n")
     assert proc.returncode == 1 and "does not hold this model's variables" in proc.stderr
     assert "Traceback" not in proc.stderr

@@ -31,11 +31,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from framework.problem import DataParams
-from models import xlnet
-from models.base import StepOutput, Term, TrainableModel
-from problems import xlnet_pretrain as xp
-from trainers import core, optimization
+from textrain.framework.problem import DataParams
+from textrain.models import xlnet
+from textrain.models.base import StepOutput, Term, TrainableModel
+from textrain.problems import xlnet_pretrain as xp
+from textrain.trainers import core, optimization
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -235,10 +235,10 @@ def test_each_replica_gets_back_its_own_memories_and_reset_policy(data, tmp_path
 
 # -------------------------------------------------------------------------------------- refusals
 def _main_in_process(monkeypatch, tmp_path, data_dir: str, *extra: str):
-    """trainers.train_gpu.main on these flags, with this file's strategies (one MirroredStrategy per process)."""
+    """textrain.trainers.train_gpu.main on these flags, with this file's strategies (one MirroredStrategy per process)."""
     from absl import flags
 
-    from trainers import train_gpu
+    from textrain.trainers import train_gpu
 
     train_gpu.define_all_flags([])
     monkeypatch.setattr(core, "make_strategy",
@@ -266,7 +266,7 @@ def _main_in_process(monkeypatch, tmp_path, data_dir: str, *extra: str):
     ("--train_batch_size=8", ["--train_batch_size=8", "bsz_per_host=4"]),
 ])
 def test_cli_refuses_flags_that_disagree_with_the_manifest(data, tmp_path, monkeypatch, flag, says):
-    from framework import cli
+    from textrain.framework import cli
 
     _, data_dir = data
     # main raises the user error; the console entry point (framework.cli.run_main) prints it as one line.
@@ -278,7 +278,7 @@ def test_cli_refuses_flags_that_disagree_with_the_manifest(data, tmp_path, monke
 
 
 def test_cli_refuses_a_replica_count_other_than_the_datas_cores(data, tmp_path, monkeypatch):
-    from framework import cli
+    from textrain.framework import cli
 
     problem, data_dir = data
     # Data for 2 cores per host, one replica: its 4 rows would be [fwd, bwd, fwd, bwd], not [fwd, fwd | bwd, bwd].
@@ -322,7 +322,7 @@ def unigram_entropy_of_targets(problem: xp.XlnetPretrain, data_dir: str) -> floa
 @pytest.mark.slow
 def test_datagen_then_train_gpu_cli_learns_from_context(tmp_path):
     data_dir = str(tmp_path / "data")
-    gen = subprocess.run([sys.executable, "-m", "framework.datagen", "--problem=xlnet_pretrain",
+    gen = subprocess.run([sys.executable, "-m", "textrain.framework.datagen", "--problem=xlnet_pretrain",
                           f"--data_dir={data_dir}", f"--tmp_dir={tmp_path}", f"--input_file={EMMA}",
                           "--vocab_size=500", "--num_shards=2", *DATA_FLAGS],
                          cwd=REPO, env=_env(), capture_output=True, text=True, timeout=300)
@@ -333,7 +333,7 @@ def test_datagen_then_train_gpu_cli_learns_from_context(tmp_path):
     # at 2e-3 and above this tiny model stalls at the unigram loss.
     steps, every = 1200, 100
     run = str(tmp_path / "run")
-    train = [sys.executable, "-m", "trainers.train_gpu", "--problem=xlnet_pretrain", f"--data_dir={data_dir}",
+    train = [sys.executable, "-m", "textrain.trainers.train_gpu", "--problem=xlnet_pretrain", f"--data_dir={data_dir}",
              "--model=xlnet", f"--model_dir={run}", "--n_layer=2", "--d_model=64", "--n_head=2", "--d_head=32",
              "--d_inner=128", "--mem_len=32", "--num_gpus=2", f"--train_batch_size={BSZ_PER_HOST}",
              f"--num_train_steps={steps}", "--num_warmup_steps=50", "--learning_rate=1e-3",

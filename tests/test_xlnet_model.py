@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from framework.registry import models as model_registry
-from models.checkpoints import CheckpointMismatchError, load_tf1_checkpoint, write_tf1_checkpoint
-from models.xlnet import XLNetConfig, XLNetPretrainer, build_from_flags
-from trainers import core  # noqa: E402
+from textrain.framework.registry import models as model_registry
+from textrain.models.checkpoints import CheckpointMismatchError, load_tf1_checkpoint, write_tf1_checkpoint
+from textrain.models.xlnet import XLNetConfig, XLNetPretrainer, build_from_flags
+from textrain.trainers import core  # noqa: E402
 
 B, L, P, V = 2, 8, 3, 50
 

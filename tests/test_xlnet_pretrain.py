@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from framework import records
-from framework.problem import DataParams
-from framework.text_encoders import train_sentencepiece
-from problems import xlnet_pretrain as xp
+from textrain.framework import records
+from textrain.framework.problem import DataParams
+from textrain.framework.text_encoders import train_sentencepiece
+from textrain.problems import xlnet_pretrain as xp
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 EMMA = os.path.join(HERE, "data", "austen_emma.txt")
@@ -256,7 +256,7 @@ def test_documents_from_ids_equals_the_per_line_loop():
 def test_file_lines_are_those_of_iter_lines(tmp_path, suffix, monkeypatch):
     """Block reading gives corpus.iter_lines's lines: carriage returns, no final newline, bad bytes."""
     import gzip
-    from framework import corpus
+    from textrain.framework import corpus
     monkeypatch.setattr(corpus, "BLOCK_BYTES", 64)  # many blocks, lines across block ends
     raw = ("one\r\ntwo\r\r\n\r\n  \nin\rside\n" + "long line " * 30 + "\n\n").encode() + b"bad \xff byte\nlast"
     path = str(tmp_path / f"c{suffix}")

@@ -9,9 +9,9 @@ from typing import Iterator
 
 import tensorflow as tf
 
-from framework import corpus
-from framework.problem import Problem, shard_rng
-from framework.registry import register_problem
+from textrain.framework import corpus
+from textrain.framework.problem import Problem, shard_rng
+from textrain.framework.registry import register_problem
 
 
 class ByteEncoder:

@@ -33,9 +33,9 @@ from typing import Any, Iterable
 
 import tensorflow as tf
 
-from framework import locks
-from framework.cli import UserError
-from models.checkpoints import CheckpointMismatchError, backing_variable
+from textrain.framework import locks
+from textrain.framework.cli import UserError
+from textrain.models.checkpoints import CheckpointMismatchError, backing_variable
 
 log = logging.getLogger("textrain.trainer")
 

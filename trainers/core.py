@@ -70,12 +70,12 @@ from typing import Any, Callable, Sequence
 
 import tensorflow as tf
 
-from models.base import StepOutput, TrainableModel
-from framework.cli import UserError
-from models.checkpoints import load_tf1_checkpoint
+from textrain.models.base import StepOutput, TrainableModel
+from textrain.framework.cli import UserError
+from textrain.models.checkpoints import load_tf1_checkpoint
 
-from trainers import checkpoint_checks, nonfinite
-from trainers.optimization import Optimizer
+from textrain.trainers import checkpoint_checks, nonfinite
+from textrain.trainers.optimization import Optimizer
 
 log = logging.getLogger("textrain.trainer")
 

@@ -40,7 +40,7 @@ def read_lines(path: str | None) -> list[str]:
     """Lines without their newline, from a (gs://) file or stdin."""
     import tensorflow as tf
 
-    from framework.cli import UserError
+    from textrain.framework.cli import UserError
 
     if not path:
         return [line.rstrip("\n") for line in sys.stdin]
@@ -78,7 +78,7 @@ def write_lines_atomic(path: str, lines: Sequence[str]) -> None:
 def resolve_checkpoint(checkpoint_path: str | None, model_dir: str | None) -> str:
     import tensorflow as tf
 
-    from framework.cli import UserError
+    from textrain.framework.cli import UserError
 
     for where, flag in ((checkpoint_path, "--checkpoint_path"), (model_dir, "--model_dir")):
         if not where:
@@ -98,7 +98,7 @@ def restore_model(model: Any, path: str) -> None:
     """Read only the model's variables; every variable of the model must be in the checkpoint."""
     import tensorflow as tf
 
-    from framework.cli import UserError
+    from textrain.framework.cli import UserError
 
     try:
         status = tf.train.Checkpoint(model=model).read(path)
@@ -127,7 +127,7 @@ def translate_lines(lines: Sequence[str], model: Any, input_encoder: Any, target
     """Translate `lines` (batched, sorted by length); one output string per line, in order."""
     import numpy as np
 
-    from framework.text_encoders import EOS_ID
+    from textrain.framework.text_encoders import EOS_ID
 
     encoded = []
     for line in lines:
@@ -160,8 +160,8 @@ def main(argv: list[str]) -> None:
     missing = [f"--{n}" for n in REQUIRED if not FLAGS[n].value]
     if missing:
         raise app.UsageError(f"missing required flag(s): {', '.join(missing)}")
-    from framework import bleu, cli, registry
-    from trainers.train_gpu import model_builder, problem_hparams_for_training
+    from textrain.framework import bleu, cli, registry
+    from textrain.trainers.train_gpu import model_builder, problem_hparams_for_training
 
     problem_cls = registry.problems.get(FLAGS.problem)
     try:
@@ -210,9 +210,9 @@ def main(argv: list[str]) -> None:
 
 
 def define_all_flags(argv: list[str]) -> None:
-    from framework import registry
-    from framework.flags import define_problem_flags
-    from trainers.flags import define_decode_flags, define_trainer_flags
+    from textrain.framework import registry
+    from textrain.framework.flags import define_problem_flags
+    from textrain.trainers.flags import define_decode_flags, define_trainer_flags
 
     registry.import_builtins()
     registry.import_usr_dir(registry.usr_dir_from_argv(argv))
@@ -226,7 +226,7 @@ def run() -> None:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     sys.path.insert(0, os.getcwd())
     define_all_flags(sys.argv)
-    from framework import cli
+    from textrain.framework import cli
 
     cli.run_main("textrain-decode", main)
 

@@ -154,7 +154,7 @@ def eval_dataset_fn(problem, data_dir: str, split: str, global_batch_size: int
                     ) -> Callable[[tf.distribute.InputContext], tf.data.Dataset]:
     """`dataset_fn` of one eval split of a registered problem: every record once, in file order,
     per-replica batches with the partial last batch kept, batches sharded across workers."""
-    from framework.problem import DataParams, ModeKeys
+    from textrain.framework.problem import DataParams, ModeKeys
 
     def dataset_fn(ctx: tf.distribute.InputContext) -> tf.data.Dataset:
         per_replica = ctx.get_per_replica_batch_size(global_batch_size) if ctx else global_batch_size
@@ -209,14 +209,14 @@ class PeriodicEvaluator:
         self.last_step = -1
 
     def _read_history(self) -> dict[str, list[dict]]:
-        from framework import records
+        from textrain.framework import records
 
         if tf.io.gfile.exists(self.results_path):
             return records.read_json(self.results_path)
         return {}
 
     def _read_best(self) -> dict | None:
-        from framework import records
+        from textrain.framework import records
 
         path = f"{self.model_dir}/best/best_metrics.json"
         return records.read_json(path) if tf.io.gfile.exists(path) else None
@@ -230,7 +230,7 @@ class PeriodicEvaluator:
 
     def run(self, step: int) -> dict[str, dict]:
         """Evaluate every split now; returns {split: metrics}."""
-        from framework import records
+        from textrain.framework import records
 
         results = {}
         for split, dataset_fn in self.splits.items():
@@ -276,7 +276,7 @@ class PeriodicEvaluator:
 def save_best(model, model_dir: str, step: int, info: dict, is_chief: bool = True) -> str:
     """Write the model to `{model_dir}/best/ckpt-<step>` (+ best_metrics.json) through a temp folder,
     so an interrupted save never leaves a half-written best/."""
-    from framework import records
+    from textrain.framework import records
 
     final = f"{model_dir}/best"
     tmp = f"{model_dir}/best.tmp" if is_chief else f"{model_dir}/.worker_tmp/best-{id(model)}"
@@ -296,7 +296,7 @@ def save_best(model, model_dir: str, step: int, info: dict, is_chief: bool = Tru
 
 def best_checkpoint(model_dir: str) -> str | None:
     """The prefix of the best checkpoint kept by PeriodicEvaluator, or None."""
-    from framework import records
+    from textrain.framework import records
 
     path = f"{model_dir}/best/best_metrics.json"
     if not tf.io.gfile.exists(path):

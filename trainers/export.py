@@ -26,7 +26,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from models.checkpoints import backing_variable
+from textrain.models.checkpoints import backing_variable
 
 log = logging.getLogger("textrain.export")
 
@@ -82,7 +82,7 @@ def make_tokenizer(problem, data_dir: str, family: str, max_seq_length: int):
     if not vocab:
         log.warning("no WordPiece vocab file found for %s: raw-string signatures not exported", problem.name)
         return None
-    from framework.graph_wordpiece import GraphWordpieceTokenizer
+    from textrain.framework.graph_wordpiece import GraphWordpieceTokenizer
 
     lower = bool(getattr(problem.hparams, "do_lower_case", True))
     return GraphWordpieceTokenizer(vocab, do_lower_case=lower, max_seq_length=max_seq_length)

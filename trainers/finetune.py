@@ -126,7 +126,7 @@ def finetune(
       single fields replaced, e.g. {'num_hidden_layers': 2}).
     layerwise_lr_decay: ELECTRA's layer-wise LR decay (0.8 in its configs; 1 = off).
     """
-    from framework import cli, registry
+    from textrain.framework import cli, registry
 
     _check_choice("precision", precision, ("fp32", "bf16", "fp16"))
     _check_choice("optimizer", optimizer, ("adamw", "adam", "lamb"))
@@ -135,13 +135,13 @@ def finetune(
                  "do_lower_case": do_lower_case, "sp_model": sp_model, "max_seq_length": max_seq_length}
     problem = build_problem(task, problem_hparams or {}, tokenizer)
     model_cls = _model_class(model)
-    from trainers.train_gpu import split_cpu_for_replicas
+    from textrain.trainers.train_gpu import split_cpu_for_replicas
 
     split_cpu_for_replicas(num_gpus)
     import tensorflow as tf
 
-    from trainers import core
-    from trainers.evaluation import PeriodicEvaluator, best_checkpoint, eval_dataset_fn
+    from textrain.trainers import core
+    from textrain.trainers.evaluation import PeriodicEvaluator, best_checkpoint, eval_dataset_fn
 
     logging.getLogger("textrain").setLevel(logging.INFO)
     dist = core.make_strategy(strategy, num_gpus)
@@ -172,14 +172,14 @@ def finetune(
     built: dict[str, Any] = {}
 
     def optimizer_fn():
-        from trainers.optimization import create_optimizer, model_depth_fn
+        from textrain.trainers.optimization import create_optimizer, model_depth_fn
 
         depth_fn, top = model_depth_fn(built["model"]) if layerwise_lr_decay != 1.0 else (None, None)
         return create_optimizer(learning_rate, num_train_steps, num_warmup_steps, optimizer=optimizer,
                                 weight_decay=weight_decay, decay=lr_decay, epsilon=adam_epsilon,
                                 layerwise_lr_decay=layerwise_lr_decay, depth_fn=depth_fn, top_depth=top)
 
-    from framework.problem import DataParams, ModeKeys
+    from textrain.framework.problem import DataParams, ModeKeys
 
     params = DataParams(batch_size=train_batch_size, seed=seed)
 
@@ -225,7 +225,7 @@ def finetune(
     if do_predict:
         summary["predict"] = predict(dist, model_obj, problem, data_dir, model_dir, predict_batch_size)
     if export:
-        from trainers.export import export_classifier
+        from textrain.trainers.export import export_classifier
 
         source = best_checkpoint(model_dir) if do_eval else None
         summary["export"] = export_classifier(
@@ -236,15 +236,15 @@ def finetune(
 
 # ------------------------------------------------------------------------------------------ pieces
 def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
-    from framework.cli import UserError
+    from textrain.framework.cli import UserError
 
     if value not in choices:
         raise UserError(f"finetune.{name}={value!r}: use one of {', '.join(choices)}")
 
 
 def _model_class(name: str) -> type:
-    from framework import registry
-    from framework.cli import UserError
+    from textrain.framework import registry
+    from textrain.framework.cli import UserError
 
     try:
         cls = registry.models.get(name)
@@ -261,8 +261,8 @@ def build_problem(task: str, hparams: dict, shared: dict | None = None):
 
     `shared`: run-level values (tokenizer, vocab_file, max_seq_length ...) given to the problem when its
     settings have that name and the value is not None; `hparams` (finetune.problem_hparams) win."""
-    from framework import registry
-    from framework.cli import UserError
+    from textrain.framework import registry
+    from textrain.framework.cli import UserError
 
     try:
         cls = registry.problems.get(task)
@@ -288,8 +288,8 @@ def _problem_seq_length(problem) -> int:
 def ensure_records(problem, data_dir: str, tmp_dir: str, datagen: bool, seed: int | None) -> dict:
     """The train manifest; when the records are absent and `datagen`, make them first with the problem's
     own generate_data (what textrain-datagen --problem=<task> runs)."""
-    from framework.cli import UserError
-    from framework.problem import SettingsMismatchError
+    from textrain.framework.cli import UserError
+    from textrain.framework.problem import SettingsMismatchError
 
     try:
         return problem.read_manifest(data_dir, "train")
@@ -340,8 +340,8 @@ def predict(strategy, model, problem, data_dir: str, model_dir: str, batch_size:
     of the task's predict splits that has records."""
     import tensorflow as tf
 
-    from framework import records
-    from trainers.evaluation import eval_dataset_fn, evaluate
+    from textrain.framework import records
+    from textrain.trainers.evaluation import eval_dataset_fn, evaluate
 
     splits = list(problem.predict_splits()) if hasattr(problem, "predict_splits") else ["test"]
     labels = list(problem.label_list(data_dir)) if hasattr(problem, "label_list") else []
@@ -394,7 +394,7 @@ def write_operative_config(model_dir: str) -> None:
     """`{model_dir}/operative_config.gin` and a TensorBoard text summary of it."""
     import tensorflow as tf
 
-    from framework import records
+    from textrain.framework import records
 
     text = gin.operative_config_str()
     records.write_text_atomic(os.path.join(model_dir, "operative_config.gin"), text)
@@ -412,7 +412,7 @@ flags.DEFINE_multi_string("gin_param", [], "Gin binding(s), e.g. \"finetune.lear
 
 def parse_gin(files: list[str], params: list[str]) -> None:
     """Parse the configs; a bad binding or file is one UserError line naming it."""
-    from framework.cli import UserError
+    from textrain.framework.cli import UserError
 
     _register_gin_tf_io()
     gin.add_config_file_search_path(REPO_CONFIGS)
@@ -431,8 +431,8 @@ def _one_line(error: Exception) -> str:
 
 
 def main(argv: list[str]) -> None:
-    from framework import registry
-    from framework.cli import UserError
+    from textrain.framework import registry
+    from textrain.framework.cli import UserError
 
     if len(argv) > 1:
         raise UserError(f"unexpected arguments {argv[1:]}: configure with --gin_file / --gin_param")
@@ -455,7 +455,7 @@ def run() -> None:
     """Console entry point `textrain-finetune`."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     sys.path.insert(0, os.getcwd())
-    from framework import cli
+    from textrain.framework import cli
 
     cli.run_main("textrain-finetune", main)
 

@@ -76,8 +76,8 @@ def model_builder(model_cls: type) -> Callable[[Any, dict], Any]:
 
 def check_run_settings(manifest: dict, hparams_cls: type, num_input_pipelines: int) -> None:
     """Refuse command-line settings that disagree with how the data was made."""
-    from framework.flags import given_flags
-    from framework.problem import SettingsMismatchError, check_settings
+    from textrain.framework.flags import given_flags
+    from textrain.framework.problem import SettingsMismatchError, check_settings
 
     names = {f.name for f in dataclasses.fields(hparams_cls)} if dataclasses.is_dataclass(hparams_cls) else set()
     names |= set(SHARED_SETTINGS)
@@ -96,7 +96,7 @@ def problem_hparams_for_training(problem_cls: type, manifest: dict) -> Any:
     setting the user did not give comes from the manifest, not from the HParams default; a given flag
     that disagrees is refused by `check_run_settings`.
     """
-    from framework.flags import given_flags
+    from textrain.framework.flags import given_flags
 
     cls = problem_cls.HParams
     if not dataclasses.is_dataclass(cls):
@@ -110,7 +110,7 @@ def problem_hparams_for_training(problem_cls: type, manifest: dict) -> Any:
 
 def train_config_from_flags(**overrides: Any):
     """core.TrainConfig from the flags; a trainer CLI overrides what it decides itself."""
-    from trainers.core import TrainConfig
+    from textrain.trainers.core import TrainConfig
 
     values = dict(
         model_dir=FLAGS.model_dir, num_train_steps=FLAGS.num_train_steps, global_batch_size=FLAGS.train_batch_size,
@@ -127,7 +127,7 @@ def train_config_from_flags(**overrides: Any):
 
 def optimizer_from_flags(model=None):
     """The optimizer of the flags; `--layerwise_lr_decay` != 1 takes its layer depths from `model`."""
-    from trainers.optimization import create_optimizer, model_depth_fn
+    from textrain.trainers.optimization import create_optimizer, model_depth_fn
 
     depth_fn, top_depth = model_depth_fn(model) if FLAGS.layerwise_lr_decay != 1.0 else (None, None)
     return create_optimizer(
@@ -187,9 +187,9 @@ def run_training(prog: str, strategy, *, data_params: dict | None = None,
     """
     import tensorflow as tf
 
-    from framework import cli, registry
-    from framework.problem import DataParams, ModeKeys, SettingsMismatchError
-    from trainers import core
+    from textrain.framework import cli, registry
+    from textrain.framework.problem import DataParams, ModeKeys, SettingsMismatchError
+    from textrain.trainers import core
 
     logging.getLogger("textrain").setLevel(logging.INFO)
     if FLAGS.seed is not None:
@@ -241,7 +241,7 @@ def run_training(prog: str, strategy, *, data_params: dict | None = None,
     result = trainer.train() if FLAGS.do_train else None
     if FLAGS.do_eval and not (result is not None and result.preempted):
         # run_pretraining.py --do_eval: the model's own metrics on the dev split, through the one eval loop.
-        from trainers.evaluation import PeriodicEvaluator, eval_dataset_fn
+        from textrain.trainers.evaluation import PeriodicEvaluator, eval_dataset_fn
 
         evaluator = PeriodicEvaluator(strategy, trainer.model, FLAGS.model_dir,
                                       {"dev": eval_dataset_fn(problem, FLAGS.data_dir, "dev", FLAGS.eval_batch_size)},
@@ -260,9 +260,9 @@ def run_training(prog: str, strategy, *, data_params: dict | None = None,
 
 def define_all_flags(argv: list[str]) -> None:
     """Register built-ins and --usr_dir, then define problem and trainer flags (idempotent)."""
-    from framework import registry
-    from framework.flags import define_problem_flags
-    from trainers.flags import define_trainer_flags
+    from textrain.framework import registry
+    from textrain.framework.flags import define_problem_flags
+    from textrain.trainers.flags import define_trainer_flags
 
     registry.import_builtins()
     registry.import_usr_dir(registry.usr_dir_from_argv(argv))
@@ -272,8 +272,8 @@ def define_all_flags(argv: list[str]) -> None:
 
 def console_main(prog: str, main: Callable[[list[str]], None]) -> None:
     """A trainer's console entry point: the originals' flag names translated, flags defined, main run."""
-    from framework import cli
-    from framework.flag_aliases import translate_argv
+    from textrain.framework import cli
+    from textrain.framework.flag_aliases import translate_argv
 
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     sys.path.insert(0, os.getcwd())  # problems/models of a --usr_dir next to the working directory

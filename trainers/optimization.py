@@ -47,7 +47,7 @@ from typing import Callable, Iterable, Sequence
 
 import tensorflow as tf
 
-from models.checkpoints import backing_variable
+from textrain.models.checkpoints import backing_variable
 
 DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY = ("LayerNorm", "layer_norm", "bias")
 JIT_MIN_SIZE = 1 << 16  # elements: smaller variables are updated op by op (see "Fused update")

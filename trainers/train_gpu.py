@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from absl import app, flags
 
-from trainers import launch
+from textrain.trainers import launch
 
 FLAGS = flags.FLAGS
 
@@ -60,7 +60,7 @@ def main(argv: list[str]) -> None:
         raise app.UsageError(f"missing required flag(s): {', '.join(missing)}")
     num_gpus = num_gpus_from_flags()
     launch.split_cpu_for_replicas(num_gpus)
-    from trainers import core
+    from textrain.trainers import core
 
     # First: MultiWorkerMirroredStrategy must configure collectives before TF's context initialises.
     strategy = core.make_strategy(FLAGS.strategy, num_gpus, tpu=FLAGS.tpu, tpu_zone=FLAGS.tpu_zone,

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from absl import app, flags
 
-from trainers import launch
+from textrain.trainers import launch
 
 FLAGS = flags.FLAGS
 
@@ -46,7 +46,7 @@ PATH_FLAGS = ("data_dir", "model_dir", "init_checkpoint", "bert_config_file", "e
 
 def check_tpu_paths() -> None:
     """With --use_tpu every path must be gs:// (one line naming the first flag that is not)."""
-    from framework import cli
+    from textrain.framework import cli
 
     for name in PATH_FLAGS:
         value = FLAGS[name].value if name in FLAGS else None
@@ -63,8 +63,8 @@ def local_replicas() -> int:
 
 def make_tpu_strategy():
     """TPUStrategy (--use_tpu) or the local stand-in, checked against --num_hosts/--num_core_per_host."""
-    from framework import cli
-    from trainers import core
+    from textrain.framework import cli
+    from textrain.trainers import core
 
     if FLAGS.use_tpu:
         strategy = core.make_strategy("tpu", tpu=FLAGS.tpu, tpu_zone=FLAGS.tpu_zone, gcp_project=FLAGS.gcp_project)
@@ -88,7 +88,7 @@ def require_static_shapes(ds) -> None:
     """XLA on TPU compiles one program for fixed shapes: every feature of a batch must have one."""
     import tensorflow as tf
 
-    from framework import cli
+    from textrain.framework import cli
 
     spec = ds.element_spec
     named = sorted(spec.items()) if isinstance(spec, dict) else enumerate(tf.nest.flatten(spec))

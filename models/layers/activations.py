@@ -18,7 +18,7 @@ from typing import Callable
 
 import tensorflow as tf
 
-from models.layers import fused
+from textrain.models.layers import fused
 
 
 _GELU_C = math.sqrt(2.0 / math.pi)

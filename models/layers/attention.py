@@ -23,11 +23,11 @@ import math
 
 import tensorflow as tf
 
-from models.layers.dense import Dense
-from models.layers.fused import Dropout
+from textrain.models.layers.dense import Dense
+from textrain.models.layers.fused import Dropout
 
-from models.layers.embeddings import truncated_normal
-from models.layers.softmax import masked_softmax
+from textrain.models.layers.embeddings import truncated_normal
+from textrain.models.layers.softmax import masked_softmax
 
 
 def expand_attention_mask(attention_mask: tf.Tensor | None) -> tf.Tensor | None:

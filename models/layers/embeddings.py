@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from models.layers.fused import Dropout, LayerNormalization
+from textrain.models.layers.fused import Dropout, LayerNormalization
 
 LAYER_NORM_EPS = 1e-12  # the originals' LayerNorm epsilon
 

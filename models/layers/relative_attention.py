@@ -34,9 +34,9 @@ from typing import Callable
 
 import tensorflow as tf
 
-from models.layers import fused
-from models.layers.activations import get_activation
-from models.layers.softmax import masked_softmax
+from textrain.models.layers import fused
+from textrain.models.layers.activations import get_activation
+from textrain.models.layers.softmax import masked_softmax
 
 LAYER_NORM_EPSILON = 1e-12
 

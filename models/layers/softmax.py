@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from models.layers import fused
+from textrain.models.layers import fused
 
 
 def large_negative(dtype: tf.DType) -> tf.Tensor:

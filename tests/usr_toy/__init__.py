@@ -10,9 +10,9 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from framework.problem import Problem
-from framework.registry import register_model, register_problem
-from models.base import StepOutput, Term, TrainableModel
+from textrain.framework.problem import Problem
+from textrain.framework.registry import register_model, register_problem
+from textrain.models.base import StepOutput, Term, TrainableModel
 
 
 @dataclasses.dataclass
