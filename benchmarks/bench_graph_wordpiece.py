@@ -6,7 +6,7 @@ identical features, throughput on ONE core.
 What is timed: raw text lines -> classifier features (input_ids, input_mask, segment_ids) for
 single-sentence examples, as the raw-strings-in serving signature does it (graph: one traced
 tf.function per batch, batches of --batch_size) and as datagen does it (Python: WordpieceEncoder.encode
-+ problems.classification.bert_layout per line). Every line's features must be identical (checked; a
++ problems.layouts.bert_layout per line). Every line's features must be identical (checked; a
 mismatch exits 1). The corpus is ../shared/corpora/en/*.txt.gz relative to the project root (the first
 --max_lines non-blank lines); without it, tests/data/austen_emma.txt, and the output says which. The
 vocabulary is learned from those lines with build_wordpiece_vocab (30522 at most). Times are CPU seconds
@@ -58,7 +58,7 @@ def main() -> int:
     tf.config.threading.set_inter_op_parallelism_threads(1)
     from textrain.framework import text_encoders as te
     from textrain.framework.graph_wordpiece import GraphWordpieceTokenizer
-    from textrain.problems.classification import bert_layout
+    from textrain.problems.layouts import bert_layout
 
     lines, source = read_lines(args.max_lines)
     print(f"corpus: {source}: {len(lines)} lines, {sum(len(x) for x in lines) / 1e6:.2f} M characters")

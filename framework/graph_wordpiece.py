@@ -9,7 +9,7 @@ tensors it gives the classifier features that problems/classification.py writes 
     # {"input_ids", "input_mask", "segment_ids"}: int32 [B, max_seq_length]
 
 The ids equal `framework.text_encoders.WordpieceEncoder` (google-research/bert FullTokenizer) and the
-layout equals `problems.classification.bert_layout` (`[CLS] A [SEP] B [SEP]`, longest-first
+layout equals `problems.layouts.bert_layout` (`[CLS] A [SEP] B [SEP]`, longest-first
 truncation, right padding); tests/test_graph_wordpiece.py checks both on thousands of real lines.
 The values are the records' values; the dtype is int32, what `Problem.preprocess_example` feeds the
 model.

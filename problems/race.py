@@ -28,7 +28,7 @@ import numpy as np
 from textrain.framework import fileio
 from textrain.framework.flags import help_text
 from textrain.framework.lazy_tf import tf
-from textrain.framework.problem import DatasetSplit, Problem
+from textrain.framework.problem import DatasetSplit
 from textrain.framework.registry import register_problem
 from textrain.framework.tasks import FinetuneTask, check_tokenizer
 
@@ -94,7 +94,7 @@ class RaceHParams:
 
 
 @register_problem(name="race")
-class Race(FinetuneTask, Problem):
+class Race(FinetuneTask):
     """RACE-style multiple choice (a fine-tuning task: main metric accuracy; dev/test kept in file order)."""
 
     HParams = RaceHParams
@@ -142,6 +142,10 @@ class Race(FinetuneTask, Problem):
         """The number of choices (the model scores that many rows per example)."""
         return self.hparams.num_choices
 
+    def label_list(self, data_dir: str) -> list[str]:
+        """None: a label is the answer's choice index (predictions name it by that index)."""
+        return []
+
     def generate_shard(self, data_dir, tmp_dir, split, shard_id, num_shards, seed) -> Iterator[dict]:
         """Round-robin over the questions; each record carries its `example_index` (file order)."""
         encoder = self.encoder()
@@ -150,7 +154,7 @@ class Race(FinetuneTask, Problem):
                 yield dict(encode_choices(sample, encoder, self.hparams), example_index=i)
 
     def compute_metrics(self, labels: Any, outputs: Any) -> dict[str, float]:
-        """Accuracy of the argmax over the choices; `outputs`: logits [N, num_choices] (or a dict with them)."""
+        """The contract's metrics hook: accuracy of the argmax over the choices; `outputs`: logits [N, num_choices] (or a dict with them)."""
         logits = np.asarray(outputs["logits"] if isinstance(outputs, dict) else outputs)
         labels = np.asarray(labels).reshape(-1)
         return {"accuracy": float(np.mean(np.argmax(logits, -1) == labels)) if len(labels) else 0.0,

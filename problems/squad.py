@@ -54,7 +54,7 @@ from absl import logging
 from textrain.framework import fileio, records, text_encoders
 from textrain.framework.flags import help_text
 from textrain.framework.lazy_tf import tf
-from textrain.framework.problem import DatasetSplit, ModeKeys, Problem
+from textrain.framework.problem import DatasetSplit, ModeKeys
 from textrain.framework.registry import register_problem
 from textrain.framework.tasks import FinetuneTask, check_tokenizer
 from textrain.problems import qa_postprocess
@@ -457,12 +457,13 @@ class SquadHParams:
 POSTPROCESS_SETTINGS = ("n_best_size", "max_answer_length", "null_score_diff_threshold")
 
 
-class SquadProblem(FinetuneTask, Problem):
+class SquadProblem(FinetuneTask):
     """SQuAD json -> windows (records) + a sidecar; v2 when `with_negative`.
 
-    As a fine-tuning task (framework/tasks.py): task_type "span_extraction", main metric "f1"; the
-    trainer hands it every window's outputs (`metrics_from_outputs`, `write_predictions`) because EM/F1
-    come from post-processing all windows of a question against the sidecar, not from labels."""
+    As a fine-tuning task (framework/tasks.py): task_type "span_extraction", main metric "f1"; it
+    overrides the contract's `metrics` and `write_predictions`, which get every window's outputs,
+    because EM/F1 come from post-processing all windows of a question against the sidecar, not from
+    labels; no label list, so no label output in an export."""
 
     HParams = SquadHParams
     with_negative: bool = False
@@ -613,14 +614,19 @@ class SquadProblem(FinetuneTask, Problem):
         """Span extraction has no label set (the trainer passes this to the model, which ignores it)."""
         return 0
 
-    def metrics_from_outputs(self, data_dir: str, split: str, outputs: dict[str, Any]) -> dict[str, float]:
+    def label_list(self, data_dir: str) -> list[str]:
+        """None: an answer is a span of its context."""
+        return []
+
+    def metrics(self, data_dir: str, split: str, outputs: dict[str, Any]) -> dict[str, float]:
         """Official EM/F1 (v2: + HasAns/NoAns, best threshold) of one evaluated split."""
         return self.predict(outputs, data_dir, split)[3]
 
-    def write_predictions(self, data_dir: str, split: str, outputs: dict[str, Any], output_dir: str) -> str:
-        """predictions.json, nbest_predictions.json (and null_odds.json for v2) in `output_dir`."""
-        self.predict(outputs, data_dir, split, output_dir=output_dir)
-        return os.path.join(output_dir, "predictions.json")
+    def write_predictions(self, data_dir: str, split: str, outputs: dict[str, Any], base_path: str) -> str:
+        """predictions.json, nbest_predictions.json (and null_odds.json for v2) in the folder `base_path`
+        (run_squad.py's files)."""
+        self.predict(outputs, data_dir, split, output_dir=base_path)
+        return os.path.join(base_path, "predictions.json")
 
     def compute_metrics(self, labels: Any, outputs: dict[str, Any]) -> dict[str, float]:
         """Official EM/F1 of the split last read through `dataset` (its sidecar), from the gathered

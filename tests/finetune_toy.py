@@ -2,9 +2,8 @@
 
 Sentences are drawn from two small word lists; the label says which list dominates. Records carry the
 fine-tuning features (input_ids, input_mask, segment_ids, label_ids, is_real_example, example_index) in
-the BERT layout, or XLNet's (`layout="xlnet"`: left padding, float input_mask 1 = pad, <cls> last) and it
-has the task API trainers/finetune.py uses (task_type, num_labels, label_list, eval/predict splits,
-compute_metrics, main_metric).
+the BERT layout, or XLNet's (`layout="xlnet"`: left padding, float input_mask 1 = pad, <cls> last); it is a
+`framework.tasks.FinetuneTask` (label list, label count, its own metrics; no vocabulary file to export).
 """
 from __future__ import annotations
 
@@ -15,7 +14,7 @@ from typing import Iterator
 import numpy as np
 import tensorflow as tf
 
-from textrain.framework.problem import Problem
+from textrain.framework.tasks import FinetuneTask
 from textrain.framework.registry import register_problem
 
 POS = ["good", "great", "fine", "nice", "happy", "bright"]
@@ -33,7 +32,7 @@ class ToySentimentHParams:
 
 
 @register_problem(name="toy_sentiment")
-class ToySentiment(Problem):
+class ToySentiment(FinetuneTask):
     HParams = ToySentimentHParams
     task_type = "classification"
     main_metric = "accuracy"
@@ -55,6 +54,9 @@ class ToySentiment(Problem):
 
     def has_labels(self, data_dir, split):
         return True
+
+    def serving_vocab(self, data_dir):
+        return None
 
     def compute_metrics(self, labels, outputs):
         labels = np.reshape(labels, [-1])

@@ -15,7 +15,7 @@ from textrain.framework import registry
 from textrain.framework.cli import UserError
 from textrain.framework.problem import DataParams, ModeKeys
 from textrain.framework.text_encoders import WordpieceEncoder, build_wordpiece_vocab, train_sentencepiece
-from textrain.problems import classification as cls
+from textrain.problems import glue, layouts, tsv_classification
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EMMA = os.path.join(REPO, "tests", "data", "austen_emma.txt")
@@ -54,28 +54,28 @@ def _read_all(problem, data_dir, split, batch_size=4) -> dict[str, np.ndarray]:
 # ----------------------------------------------------------------------------------------------- #
 def test_bert_layout_by_hand():
     # Pair fits: [CLS]=2 a a a [SEP]=3 b b [SEP]; segment 0 up to the first [SEP], 1 after; right padding.
-    f = cls.bert_layout([5, 6, 7], [8, 9], 10, cls_id=2, sep_id=3)
+    f = layouts.bert_layout([5, 6, 7], [8, 9], 10, cls_id=2, sep_id=3)
     assert f["input_ids"] == [2, 5, 6, 7, 3, 8, 9, 3, 0, 0]
     assert f["input_mask"] == [1, 1, 1, 1, 1, 1, 1, 1, 0, 0]
     assert f["segment_ids"] == [0, 0, 0, 0, 0, 1, 1, 1, 0, 0]
     # max 7 leaves 4 for the texts; 3+2=5: the longer (A) loses its last token.
-    f = cls.bert_layout([5, 6, 7], [8, 9], 7, cls_id=2, sep_id=3)
+    f = layouts.bert_layout([5, 6, 7], [8, 9], 7, cls_id=2, sep_id=3)
     assert f["input_ids"] == [2, 5, 6, 3, 8, 9, 3]
     # Tie: B loses first. 3+3 into 4 -> A=[5,6], B=[8,9].
-    f = cls.bert_layout([5, 6, 7], [8, 9, 10], 7, cls_id=2, sep_id=3)
+    f = layouts.bert_layout([5, 6, 7], [8, 9, 10], 7, cls_id=2, sep_id=3)
     assert f["input_ids"] == [2, 5, 6, 3, 8, 9, 3]
     # Single text truncated to max - 2; an empty B is a single text.
-    f = cls.bert_layout([5, 6, 7, 8], [], 4, cls_id=2, sep_id=3)
+    f = layouts.bert_layout([5, 6, 7, 8], [], 4, cls_id=2, sep_id=3)
     assert f == {"input_ids": [2, 5, 6, 3], "input_mask": [1, 1, 1, 1], "segment_ids": [0, 0, 0, 0]}
 
 
 def test_xlnet_layout_by_hand():
     # A <sep>=4 B <sep> <cls>=3, LEFT padding with 0; seg A=0, B=1, cls=2, pad=4; mask 1 = padding.
-    f = cls.xlnet_layout([5, 6, 7], [8, 9], 10)
+    f = layouts.xlnet_layout([5, 6, 7], [8, 9], 10)
     assert f["input_ids"] == [0, 0, 5, 6, 7, 4, 8, 9, 4, 3]
     assert f["input_mask"] == [1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]
     assert f["segment_ids"] == [4, 4, 0, 0, 0, 0, 1, 1, 1, 2]
-    f = cls.xlnet_layout([5, 6, 7, 8, 9], None, 5)
+    f = layouts.xlnet_layout([5, 6, 7, 8, 9], None, 5)
     assert f["input_ids"] == [5, 6, 7, 4, 3] and f["segment_ids"] == [0, 0, 0, 0, 2]
     assert f["input_mask"] == [0.0] * 5
 
@@ -153,7 +153,7 @@ def _glue_folders(root) -> dict[str, dict]:
                                               ["1", "Who left?", "Nobody.", labels[1]]])
         _write(j(root, folder, "dev.tsv"), [["index", q, second, "label"], ["0", "Why?", "Because.", labels[1]]])
         _write(j(root, folder, "test.tsv"), [["index", q, second], ["0", "When?", "Now."]])
-        ids = [cls.Qnli.fixed_labels.index(x) if task != "wnli" else int(x) for x in labels]
+        ids = [glue.Qnli.fixed_labels.index(x) if task != "wnli" else int(x) for x in labels]
         expected[task] = {"train": (["Who came?", "Who left?"], ["Emma came.", "Nobody."], ids),
                           "dev": (["Why?"], ["Because."], [ids[1]]), "test": (["When?"], ["Now."], None)}
     return expected
@@ -167,7 +167,7 @@ def test_every_glue_reader_on_the_real_layouts(tmp_path, vocab):
     expected = _glue_folders(tmp_path / "glue")
     encoder = WordpieceEncoder(vocab)
     for task, splits in expected.items():
-        hp = cls.GlueHParams(glue_dir=str(tmp_path / "glue" / _FOLDERS[task]), vocab_file=vocab, max_seq_length=24)
+        hp = glue.GlueHParams(glue_dir=str(tmp_path / "glue" / _FOLDERS[task]), vocab_file=vocab, max_seq_length=24)
         problem = registry.problem(task, hp)
         data_dir = str(tmp_path / "data")
         problem.generate_data(data_dir, "")
@@ -177,7 +177,7 @@ def test_every_glue_reader_on_the_real_layouts(tmp_path, vocab):
             got = _read_all(problem, data_dir, split)
             assert got["example_index"].tolist() == list(range(len(texts_a))), (task, split)
             for i, text_a in enumerate(texts_a):
-                want = cls.bert_layout(encoder.encode(text_a), encoder.encode(texts_b[i]) if texts_b else None, 24,
+                want = layouts.bert_layout(encoder.encode(text_a), encoder.encode(texts_b[i]) if texts_b else None, 24,
                                        encoder.special_ids["[CLS]"], encoder.special_ids["[SEP]"])
                 assert got["input_ids"][i].tolist() == want["input_ids"], (task, split, i)
                 assert got["segment_ids"][i].tolist() == want["segment_ids"]
@@ -197,18 +197,18 @@ def test_every_glue_reader_on_the_real_layouts(tmp_path, vocab):
 def test_glue_errors_name_the_flag_and_file(tmp_path, vocab):
     _glue_folders(tmp_path / "glue")
     with pytest.raises(UserError, match="--glue_dir is required"):
-        registry.problem("mrpc", cls.GlueHParams(vocab_file=vocab)).generate_data(str(tmp_path / "d"), "")
+        registry.problem("mrpc", glue.GlueHParams(vocab_file=vocab)).generate_data(str(tmp_path / "d"), "")
     with pytest.raises(UserError, match="--vocab_file is required"):
-        registry.problem("mrpc", cls.GlueHParams(glue_dir=str(tmp_path / "glue" / "MRPC"))).generate_data(
+        registry.problem("mrpc", glue.GlueHParams(glue_dir=str(tmp_path / "glue" / "MRPC"))).generate_data(
             str(tmp_path / "d"), "")
     # A row with a column missing, and a label the task does not have.
     bad = tmp_path / "glue" / "RTE" / "dev.tsv"
     _write(bad, [["index", "sentence1", "sentence2", "label"], ["0", "a", "b", "entailment"], ["1", "a", "maybe"]])
-    problem = registry.problem("rte", cls.GlueHParams(glue_dir=str(bad.parent), vocab_file=vocab))
+    problem = registry.problem("rte", glue.GlueHParams(glue_dir=str(bad.parent), vocab_file=vocab))
     with pytest.raises(UserError, match=rf"{bad}:3: 3 tab-separated columns, expected 4"):
         problem.generate_data(str(tmp_path / "d2"), "")
     _write(bad, [["index", "sentence1", "sentence2", "label"], ["0", "a", "b", "entailment"], ["1", "a", "b", "maybe"]])
-    problem = registry.problem("rte", cls.GlueHParams(glue_dir=str(bad.parent), vocab_file=vocab))
+    problem = registry.problem("rte", glue.GlueHParams(glue_dir=str(bad.parent), vocab_file=vocab))
     with pytest.raises(UserError, match=rf"{bad}:3: label 'maybe' is not one of the 2 labels"):
         problem.generate_data(str(tmp_path / "d3"), "")
 
@@ -218,7 +218,7 @@ def test_every_task_problem_refuses_an_unknown_tokenizer_naming_the_flag(vocab):
 
     refused = r"--tokenizer='bpe': use wordpiece \(BERT, ELECTRA\) or sentencepiece \(XLNet\)"
     with pytest.raises(UserError, match=refused):
-        cls.TsvClassification(cls.TsvHParams(tokenizer="bpe", vocab_file=vocab)).check_hparams()
+        tsv_classification.TsvClassification(tsv_classification.TsvHParams(tokenizer="bpe", vocab_file=vocab)).check_hparams()
     for problem_cls, hparams in ((squad.SquadV1, squad.SquadHParams), (race.Race, race.RaceHParams)):
         with pytest.raises(UserError, match=refused):
             problem_cls(hparams(tokenizer="bpe", vocab_file=vocab))
@@ -232,10 +232,10 @@ def test_glue_qqp_broken_rows_error_or_skip_and_extra_columns_pass(tmp_path, voc
                                           ["4", "5", "6", "Was it"], ["", "rain?", "0"],
                                           ["7", "8", "9", "Why?", "Tea.", "0", "extra column"]])
     _write(folder / "dev.tsv", [head, ["1", "2", "3", "Who?", "Emma.", "1"]])
-    hp = cls.GlueHParams(glue_dir=str(folder), vocab_file=vocab, max_seq_length=16)
+    hp = glue.GlueHParams(glue_dir=str(folder), vocab_file=vocab, max_seq_length=16)
     with pytest.raises(UserError, match=rf"{train}:3: 4 tab-separated columns, expected 6 .*--on_bad_row=skip"):
         registry.problem("qqp", hp).generate_data(str(tmp_path / "d1"), "")
-    problem = registry.problem("qqp", cls.GlueHParams(glue_dir=str(folder), vocab_file=vocab, max_seq_length=16,
+    problem = registry.problem("qqp", glue.GlueHParams(glue_dir=str(folder), vocab_file=vocab, max_seq_length=16,
                                                       on_bad_row="skip"))
     problem.generate_data(str(tmp_path / "d2"), "")
     got = _read_all(problem, str(tmp_path / "d2"), "train")
@@ -250,7 +250,7 @@ def test_eval_reading_gives_every_example_once_in_order(tmp_path, vocab):
     rows = [["sentence", "label"]] + [[f"line {i} of Emma", "pos" if i % 3 else "neg"] for i in range(11)]
     train = _write(tmp_path / "train.tsv", rows)
     dev = _write(tmp_path / "dev.tsv", rows)
-    problem = cls.TsvClassification(cls.TsvHParams(train_file=train, dev_file=dev, vocab_file=vocab, max_seq_length=16))
+    problem = tsv_classification.TsvClassification(tsv_classification.TsvHParams(train_file=train, dev_file=dev, vocab_file=vocab, max_seq_length=16))
     data_dir = str(tmp_path / "data")
     problem.generate_data(data_dir, "", num_workers=1)
     for batch_size in (4, 11, 32):  # 4 does not divide 11: the last batch has 3
@@ -281,7 +281,7 @@ def test_eval_reading_gives_every_example_once_in_order(tmp_path, vocab):
 def test_dev_fraction_holds_out_every_fifth_row_in_file_order(tmp_path, vocab):
     rows = [["sentence", "label"]] + [[f"row {i}", "ab"[i % 2]] for i in range(11)]
     train = _write(tmp_path / "train.tsv", rows)
-    problem = cls.TsvClassification(cls.TsvHParams(train_file=train, dev_fraction=0.2, vocab_file=vocab,
+    problem = tsv_classification.TsvClassification(tsv_classification.TsvHParams(train_file=train, dev_fraction=0.2, vocab_file=vocab,
                                                    max_seq_length=8))
     data_dir = str(tmp_path / "data")
     problem.generate_data(data_dir, "")
@@ -290,19 +290,19 @@ def test_dev_fraction_holds_out_every_fifth_row_in_file_order(tmp_path, vocab):
     assert sorted(_read_all(problem, data_dir, "train")["example_index"].tolist()) == [0, 1, 2, 3, 5, 6, 7, 8, 10]
     assert problem.has_split(data_dir, "dev") and not problem.has_split(data_dir, "test")
     with pytest.raises(UserError, match="not both"):
-        cls.TsvClassification(cls.TsvHParams(train_file=train, dev_file=train, dev_fraction=0.2,
+        tsv_classification.TsvClassification(tsv_classification.TsvHParams(train_file=train, dev_file=train, dev_fraction=0.2,
                                              vocab_file=vocab)).generate_data(str(tmp_path / "d2"), "")
 
 
 def test_compute_metrics_per_task_type():
-    problem = cls.Mrpc(cls.GlueHParams())
+    problem = glue.Mrpc(glue.GlueHParams())
     logits = np.array([[2.0, 1.0], [0.0, 3.0], [1.0, 0.5], [0.2, 0.1]])  # predictions 0, 1, 0, 0
     m = problem.compute_metrics(np.array([0, 1, 1, 0]), logits)
     assert m["accuracy"] == 0.75
     assert m["f1"] == pytest.approx(2 * 1 / (2 * 1 + 0 + 1))  # TP=1 FP=0 FN=1
-    sts = cls.Stsb(cls.GlueHParams())
+    sts = glue.Stsb(glue.GlueHParams())
     assert sts.compute_metrics(np.array([1.0, 2.0, 3.0]), np.array([[2.0], [4.0], [6.0]]))["pearson"] == pytest.approx(1.0)
-    assert cls.Cola.main_metric == "mcc" and cls.Stsb.main_metric == "pearson" and cls.Qqp.main_metric == "f1"
+    assert glue.Cola.main_metric == "mcc" and glue.Stsb.main_metric == "pearson" and glue.Qqp.main_metric == "f1"
 
 
 # ----------------------------------------------------------------------------------------------- #
@@ -312,9 +312,9 @@ def test_sentencepiece_records_have_xlnet_layout_and_dtypes(tmp_path, spiece):
     from textrain.framework.text_encoders import SentencePieceEncoder
     train = _write(tmp_path / "t.tsv", [["s1", "s2", "y"], ["Emma was rich.", "She was clever.", "yes"],
                                         ["Mr. Knightley.", "Her sister.", "no"]])
-    hp = cls.TsvHParams(train_file=train, dev_file=train, text_a_column="s1", text_b_column="s2", label_column="y",
+    hp = tsv_classification.TsvHParams(train_file=train, dev_file=train, text_a_column="s1", text_b_column="s2", label_column="y",
                         tokenizer="sentencepiece", sp_model=spiece, max_seq_length=20)
-    problem = cls.TsvClassification(hp)
+    problem = tsv_classification.TsvClassification(hp)
     data_dir = str(tmp_path / "data")
     problem.generate_data(data_dir, "")
     got = _read_all(problem, data_dir, "dev")
@@ -376,7 +376,7 @@ def test_tsv_cli_pair_learned_labels_and_unlabelled_test(tmp_path, vocab):
     assert json.load(open(os.path.join(folder, "tsv_classification-test.manifest.json")))["has_labels"] is False
     enc = WordpieceEncoder(vocab)
     dev_records = _records(os.path.join(folder, "*-dev-*.tfrecord"), _spec(16, tf.io.FixedLenFeature([], tf.int64)))
-    want = cls.bert_layout(enc.encode("Why not?"), enc.encode("Sun."), 16, enc.special_ids["[CLS]"], enc.special_ids["[SEP]"])
+    want = layouts.bert_layout(enc.encode("Why not?"), enc.encode("Sun."), 16, enc.special_ids["[CLS]"], enc.special_ids["[SEP]"])
     assert dev_records == [dict(want, label_ids=1, example_index=0)]
     test_records = _records(os.path.join(folder, "*-test-*.tfrecord"), _spec(16, tf.io.FixedLenFeature([], tf.int64)))
     assert [t["example_index"] for t in test_records] == [0, 1] and [t["label_ids"] for t in test_records] == [0, 0]
@@ -446,7 +446,7 @@ def test_tsv_cli_single_given_labels_regression_multilabel(tmp_path, vocab):
     recs = _records(os.path.join(folder(d), "*-dev-*.tfrecord"), _spec(8, tf.io.FixedLenFeature([2], tf.int64)))
     assert [x["label_ids"] for x in recs] == [[1, 1], [1, 0], [0, 0]]  # labels: news, sports
     # A problem built with default settings reads the records as written (bind_data: multilabel, length 8).
-    problem = cls.TsvClassification()
+    problem = tsv_classification.TsvClassification()
     batch = next(iter(problem.eval_dataset(d, "dev", 8)))
     assert batch["label_ids"].numpy().tolist() == [[1, 1], [1, 0], [0, 0]]
     assert batch["input_ids"].shape == (3, 8) and problem.task_type == "multilabel" and problem.num_labels(d) == 2

@@ -13,7 +13,7 @@ import tensorflow as tf
 
 from textrain.framework.graph_wordpiece import GraphWordpieceTokenizer, truncated_lengths
 from textrain.framework.text_encoders import WordpieceEncoder, bert_basic_tokenize, build_wordpiece_vocab
-from textrain.problems.classification import bert_layout, truncate_seq_pair
+from textrain.problems.layouts import bert_layout, truncate_seq_pair
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EMMA = os.path.join(REPO, "tests", "data", "austen_emma.txt")

@@ -3,6 +3,10 @@ own step_output metrics on the dev split, as run_pretraining.py --do_eval).
 
     result = evaluate(strategy, model, dataset_fn, max_steps=None, collect_outputs=True)
 
+A fine-tuning run evaluates and predicts through the task contract (framework/tasks.py), never asking a
+task what it can do: `present_eval_splits`, `task_metrics` (a `PeriodicEvaluator`'s metrics_fn) and
+`predict` (each predict split's files, written by the task).
+
 Decisions:
 - Every example exactly once, under any strategy: the eval dataset is NOT repeated and keeps its partial
   last batch (`drop_remainder=False`); it goes through `strategy.distribute_datasets_from_function`,
@@ -22,10 +26,15 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import os
 from typing import Callable
 
 import numpy as np
 import tensorflow as tf
+
+from textrain.framework import tasks
+from textrain.framework.problem import Problem
+from textrain.framework.tasks import FinetuneTask, prediction_lines  # noqa: F401  (the default predictions' text)
 
 log = logging.getLogger("textrain.evaluation")
 
@@ -150,27 +159,51 @@ def _in_order(outputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return outputs
 
 
-def eval_dataset_fn(problem, data_dir: str, split: str, global_batch_size: int
+def eval_dataset_fn(problem: Problem, data_dir: str, split: str, global_batch_size: int
                     ) -> Callable[[tf.distribute.InputContext], tf.data.Dataset]:
-    """`dataset_fn` of one eval split of a registered problem: every record once, in file order,
-    per-replica batches with the partial last batch kept, batches sharded across workers."""
-    from textrain.framework.problem import DataParams, ModeKeys
+    """`dataset_fn` of one eval split of any registered problem: `framework.tasks.eval_records` (every
+    record once, in file order, per-replica batches, the partial last batch kept, batches sharded
+    across workers)."""
+    return lambda ctx: tasks.eval_records(problem, data_dir, split, global_batch_size, ctx)
 
-    def dataset_fn(ctx: tf.distribute.InputContext) -> tf.data.Dataset:
-        per_replica = ctx.get_per_replica_batch_size(global_batch_size) if ctx else global_batch_size
-        params = DataParams(batch_size=per_replica, shuffle=False, repeat=False, drop_remainder=False)
-        ds = problem.dataset(ModeKeys.EVAL, data_dir, params, input_context=None, split=split)
-        if ctx is not None and ctx.num_input_pipelines > 1:
-            ds = ds.shard(ctx.num_input_pipelines, ctx.input_pipeline_id)
-        return ds
 
-    return dataset_fn
+# ------------------------------------------------------------------------- fine-tuning tasks
+# The trainers' side of the task contract (framework/tasks.py): they only call its hooks.
+def present_eval_splits(problem: FinetuneTask, data_dir: str) -> list[str]:
+    """The task's eval splits that were generated (an absent one is logged and left out)."""
+    present = []
+    for split in problem.eval_splits():
+        if problem.has_split(data_dir, split):
+            present.append(split)
+        else:
+            log.warning("no %s records of %s in %s: not evaluated", split, problem.name, data_dir)
+    return present
+
+
+def task_metrics(problem: FinetuneTask, data_dir: str, split: str, result: EvalResult) -> dict[str, float]:
+    """The task's own metrics of one evaluated split (`FinetuneTask.metrics` of its gathered outputs)."""
+    return problem.metrics(data_dir, split, result.outputs)
+
+
+def predict(strategy: tf.distribute.Strategy, model, problem: FinetuneTask, data_dir: str, model_dir: str,
+            batch_size: int) -> dict[str, str]:
+    """Predict each of the task's predict splits that has records and write the predictions under
+    `{model_dir}/predict_<split>` (`FinetuneTask.write_predictions`: by default `.tsv` with the class
+    probabilities per line, input order, as run_classifier's test_results.tsv, regression the value,
+    and `.jsonl`). Returns {split: the main file written}."""
+    written = {}
+    for split in problem.predict_splits():
+        if not problem.has_split(data_dir, split):
+            log.warning("no %s records of %s: nothing to predict", split, problem.name)
+            continue
+        result = evaluate(strategy, model, eval_dataset_fn(problem, data_dir, split, batch_size), collect_outputs=True)
+        written[split] = problem.write_predictions(data_dir, split, result.outputs,
+                                                   os.path.join(model_dir, f"predict_{split}"))
+    return written
 
 
 def write_scalars(model_dir: str, split: str, step: int, metrics: dict[str, float]) -> None:
     """TensorBoard scalars under `{model_dir}/eval_{split}/`."""
-    import os
-
     writer = tf.summary.create_file_writer(os.path.join(model_dir, f"eval_{split}"))
     with writer.as_default(step=step):
         for k, v in metrics.items():
@@ -189,8 +222,8 @@ class PeriodicEvaluator:
     as `{model_dir}/best/` (a textrain checkpoint `best/ckpt-<step>` of the model only, and
     `best/best_metrics.json`).
 
-    metrics_fn(split, EvalResult) -> dict adds task metrics (fine-tuning: problem.compute_metrics on the
-    gathered outputs); without it only the step_output means are reported.
+    metrics_fn(split, EvalResult) -> dict adds task metrics (fine-tuning: `task_metrics`, the task's
+    metrics of the gathered outputs); without it only the step_output means are reported.
     """
 
     def __init__(self, strategy: tf.distribute.Strategy, model, model_dir: str,

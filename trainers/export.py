@@ -14,6 +14,8 @@ Signatures:
   `tensorflow` wheel over `tensorflow-cpu`), so an XLNet export has the ids signature only.
 
 Decisions:
+- What the export needs of the task comes from the task contract (framework/tasks.py): the label names
+  (`serving_labels`) and the WordPiece vocabulary of the raw-string signatures (`serving_vocab`).
 - The exported weights are the best checkpoint's when evaluation kept one (what one deploys), else the
   model as trained; the checkpoint is restored into the model with every object matched.
 - The SavedModel is written to `{export_dir}.tmp` and renamed, so a failed export leaves nothing.
@@ -26,6 +28,7 @@ from typing import Any
 
 import tensorflow as tf
 
+from textrain.framework.tasks import FinetuneTask
 from textrain.models.checkpoints import backing_variable
 
 log = logging.getLogger("textrain.export")
@@ -73,45 +76,30 @@ class ServingModule(tf.Module):
         return sigs
 
 
-def make_tokenizer(problem, data_dir: str, family: str, max_seq_length: int):
-    """The in-graph WordPiece tokenizer of the problem's vocabulary, or None (XLNet / no vocab)."""
+def make_tokenizer(problem: FinetuneTask, data_dir: str, family: str, max_seq_length: int):
+    """The in-graph WordPiece tokenizer of the task's serving vocabulary, or None (XLNet / no vocab)."""
     if family not in TEXT_FAMILIES:
         log.info("%s: raw-string signatures are not exported (SentencePiece has no core TF op)", family)
         return None
-    vocab = _vocab_file(problem, data_dir)
-    if not vocab:
+    vocab = problem.serving_vocab(data_dir)
+    if vocab is None:
         log.warning("no WordPiece vocab file found for %s: raw-string signatures not exported", problem.name)
         return None
     from textrain.framework.graph_wordpiece import GraphWordpieceTokenizer
 
-    lower = bool(getattr(problem.hparams, "do_lower_case", True))
-    return GraphWordpieceTokenizer(vocab, do_lower_case=lower, max_seq_length=max_seq_length)
+    return GraphWordpieceTokenizer(vocab.vocab_file, do_lower_case=vocab.do_lower_case, max_seq_length=max_seq_length)
 
 
-def _vocab_file(problem, data_dir: str) -> str | None:
-    for attr in ("vocab_path", "vocab_file"):
-        value = getattr(problem, attr, None)
-        if callable(value):
-            try:
-                value = value(data_dir)
-            except Exception:  # noqa: BLE001 - a problem without a vocab of its own
-                value = None
-        if isinstance(value, str) and value:
-            return value
-    value = getattr(problem.hparams, "vocab_file", None)
-    return value or None
-
-
-def export_classifier(model, export_dir: str, *, problem=None, data_dir: str = "", family: str = "",
-                      checkpoint: str | None = None, max_seq_length: int = 128,
+def export_classifier(model, export_dir: str, *, problem: FinetuneTask | None = None, data_dir: str = "",
+                      family: str = "", checkpoint: str | None = None, max_seq_length: int = 128,
                       labels: list[str] | None = None, tokenizer: Any = None) -> str:
     """Write the SavedModel (see the module docstring) to `export_dir`; returns it."""
     if checkpoint:
         tf.train.Checkpoint(model=model).read(checkpoint).assert_existing_objects_matched()
         log.info("exporting the weights of %s", checkpoint)
     if problem is not None:
-        if labels is None and hasattr(problem, "label_list") and model.task_type == "classification":
-            labels = list(problem.label_list(data_dir))
+        if labels is None:
+            labels = list(problem.serving_labels(data_dir))
         if tokenizer is None:
             tokenizer = make_tokenizer(problem, data_dir, family, max_seq_length)
     module = ServingModule(model, max_seq_length, labels, tokenizer)

@@ -140,7 +140,7 @@ def finetune(
     split_cpu_for_replicas(num_gpus)
     import tensorflow as tf
 
-    from textrain.trainers import core
+    from textrain.trainers import core, evaluation
     from textrain.trainers.evaluation import PeriodicEvaluator, best_checkpoint, eval_dataset_fn
 
     logging.getLogger("textrain").setLevel(logging.INFO)
@@ -151,7 +151,7 @@ def finetune(
     write_operative_config(model_dir)
 
     manifest = ensure_records(problem, data_dir, tmp_dir, datagen, seed)
-    task_type = getattr(problem, "task_type", "classification")
+    task_type = problem.task_type
     num_labels = int(problem.num_labels(data_dir))
     train_examples = int(manifest["num_examples"])
     if num_train_steps is None:
@@ -205,10 +205,12 @@ def finetune(
                                "train_examples": train_examples, "num_labels": num_labels, "task_type": task_type}
     evaluator = None
     if do_eval:
-        splits = {s: eval_dataset_fn(problem, data_dir, s, eval_batch_size) for s in _eval_splits(problem, data_dir)}
+        splits = {s: eval_dataset_fn(problem, data_dir, s, eval_batch_size)
+                  for s in evaluation.present_eval_splits(problem, data_dir)}
         evaluator = PeriodicEvaluator(
             dist, model_obj, model_dir, splits, every_steps=eval_every_steps, final_step=num_train_steps,
-            metrics_fn=lambda split, result: task_metrics(problem, data_dir, split, result), main_metric=getattr(problem, "main_metric", None),
+            metrics_fn=lambda split, result: evaluation.task_metrics(problem, data_dir, split, result),
+            main_metric=problem.main_metric,
             is_chief=trainer.is_chief)
     if do_train:
         result = trainer.train(callbacks=[evaluator] if evaluator else [])
@@ -223,7 +225,7 @@ def finetune(
         summary["eval"] = {s: h[-1] for s, h in evaluator.history.items() if h}
         summary["best"] = evaluator.best
     if do_predict:
-        summary["predict"] = predict(dist, model_obj, problem, data_dir, model_dir, predict_batch_size)
+        summary["predict"] = evaluation.predict(dist, model_obj, problem, data_dir, model_dir, predict_batch_size)
     if export:
         from textrain.trainers.export import export_classifier
 
@@ -302,92 +304,6 @@ def ensure_records(problem, data_dir: str, tmp_dir: str, datagen: bool, seed: in
         return problem.read_manifest(data_dir, "train")
     except (ValueError, FileNotFoundError, SettingsMismatchError) as e:
         raise UserError(f"datagen for {problem.name}: {e}") from None
-
-
-def _eval_splits(problem, data_dir: str) -> list[str]:
-    splits = list(problem.eval_splits()) if hasattr(problem, "eval_splits") else ["dev"]
-    present = []
-    for split in splits:
-        try:
-            problem.read_manifest(data_dir, split)
-            present.append(split)
-        except FileNotFoundError:
-            log.warning("no %s records of %s in %s: not evaluated", split, problem.name, data_dir)
-    return present
-
-
-def _model_outputs(result) -> Any:
-    """What problem.compute_metrics receives as `outputs` (framework/tasks.py): logits `[N, num_labels]`,
-    or the predicted value `[N]` for regression."""
-    out = result.outputs
-    return out["predictions"] if "predictions" in out else out["logits"]
-
-
-def task_metrics(problem, data_dir: str, split: str, result) -> dict:
-    """The task's own metrics of one evaluated split (none for a split without labels)."""
-    if hasattr(problem, "metrics_from_outputs"):  # span QA: EM/F1 from every window's outputs (c-qa)
-        return dict(problem.metrics_from_outputs(data_dir, split, result.outputs))
-    if not hasattr(problem, "compute_metrics") or "label_ids" not in result.outputs:
-        return {}
-    if hasattr(problem, "has_labels") and not problem.has_labels(data_dir, split):
-        return {}
-    return dict(problem.compute_metrics(result.outputs["label_ids"], _model_outputs(result)))
-
-
-def predict(strategy, model, problem, data_dir: str, model_dir: str, batch_size: int) -> dict[str, str]:
-    """Write `predict_<split>.tsv` (class probabilities per line, input order, as run_classifier's
-    test_results.tsv; regression: the value) and `.jsonl` (example_index, label, probabilities) for each
-    of the task's predict splits that has records."""
-    import tensorflow as tf
-
-    from textrain.framework import records
-    from textrain.trainers.evaluation import eval_dataset_fn, evaluate
-
-    splits = list(problem.predict_splits()) if hasattr(problem, "predict_splits") else ["test"]
-    labels = list(problem.label_list(data_dir)) if hasattr(problem, "label_list") else []
-    written = {}
-    for split in splits:
-        try:
-            problem.read_manifest(data_dir, split)
-        except FileNotFoundError:
-            log.warning("no %s records of %s: nothing to predict", split, problem.name)
-            continue
-        result = evaluate(strategy, model, eval_dataset_fn(problem, data_dir, split, batch_size), collect_outputs=True)
-        if hasattr(problem, "write_predictions"):  # span QA: run_squad.py's predictions.json & co (c-qa)
-            written[split] = problem.write_predictions(data_dir, split, result.outputs,
-                                                       os.path.join(model_dir, f"predict_{split}"))
-            continue
-        tsv, jsonl = prediction_lines(result.outputs, labels)
-        base = os.path.join(model_dir, f"predict_{split}")
-        records.write_text_atomic(base + ".tsv", tsv)
-        records.write_text_atomic(base + ".jsonl", jsonl)
-        written[split] = base + ".tsv"
-        log.info("wrote %s.tsv / .jsonl (%d examples)", base, tsv.count("\n"))
-    del tf
-    return written
-
-
-def prediction_lines(outputs: dict, labels: list[str]) -> tuple[str, str]:
-    """(tsv, jsonl) text of gathered, ordered outputs."""
-    import numpy as np
-
-    n = len(outputs["logits"])
-    index = outputs.get("example_index", np.arange(n)).reshape(-1)
-    tsv, jsonl = [], []
-    for i in range(n):
-        row = {"example_index": int(index[i])}
-        if "predictions" in outputs:
-            value = float(outputs["predictions"][i])
-            tsv.append(f"{value:.6f}")
-            row["prediction"] = value
-        else:
-            probs = [float(p) for p in outputs["probabilities"][i]]
-            tsv.append("\t".join(f"{p:.6f}" for p in probs))
-            best = int(np.argmax(probs))
-            row["label"] = labels[best] if best < len(labels) else best
-            row["probabilities"] = probs
-        jsonl.append(json.dumps(row))
-    return "".join(line + "\n" for line in tsv), "".join(line + "\n" for line in jsonl)
 
 
 def write_operative_config(model_dir: str) -> None:
