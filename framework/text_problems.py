@@ -32,6 +32,7 @@ class Text2TextProblem(Problem):
     vocab_byte_budget: int = 10**7  # raw text per side read to count tokens for the vocabulary
     has_inputs: bool = True
     shared_vocab: bool = False
+    target_lang: str | None = None  # the targets' language: BLEU tokenizes "zh" by character (decode.py)
 
     # ------------------------------------------------------------------ vocabularies
     def vocab_filename(self, side: str) -> str:

@@ -202,7 +202,7 @@ def main(argv: list[str]) -> None:
         sys.stdout.write("".join(line + "\n" for line in outputs))
         sys.stdout.flush()
     if references is not None:
-        score = bleu.corpus_bleu(outputs, references, getattr(problem, "target_lang", None))
+        score = bleu.corpus_bleu(outputs, references, problem.target_lang)
         report = f"{score}\nsignature: {score.signature}"
         print(report, file=sys.stderr, flush=True)
         if FLAGS.decode_to_file:
