@@ -107,10 +107,6 @@ class ClassificationProblem(FinetuneTask):
         """Whether `split` is made (its input must then exist); default: every split."""
         return True
 
-    @property
-    def task_type(self) -> str:  # type: ignore[override]
-        return "classification"
-
     # ------------------------------------------------------------------ the task contract
     def eval_splits(self) -> list[str]:
         return [s for s in self.split_names() if s.startswith(DatasetSplit.EVAL)]

@@ -62,11 +62,6 @@ class GlueProblem(ClassificationProblem):
     HParams: ClassVar[type] = GlueHParams
     exact_columns = False  # extra columns are ignored, as the originals' processors read by position
     files: ClassVar[dict[str, GlueFile]] = {}
-    regression: ClassVar[bool] = False
-
-    @property
-    def task_type(self) -> str:  # type: ignore[override]
-        return "regression" if self.regression else "classification"
 
     def split_names(self) -> list[str]:
         return list(self.files)
@@ -138,7 +133,7 @@ class Mrpc(GlueProblem):
 class Stsb(GlueProblem):
     """STS-B: similarity score 0-5, regression; Pearson (and Spearman)."""
 
-    regression = True
+    task_type = "regression"
     main_metric = "pearson"
     files = {"train": GlueFile("train.tsv", _headed(7, 8, -1)),
              "dev": GlueFile("dev.tsv", _headed(7, 8, -1)),
