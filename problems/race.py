@@ -143,7 +143,7 @@ class Race(FinetuneTask):
         return self.hparams.num_choices
 
     def label_list(self, data_dir: str) -> list[str]:
-        """None: a label is the answer's choice index (predictions name it by that index)."""
+        """No names: a label is the answer's choice index (predictions give that index)."""
         return []
 
     def generate_shard(self, data_dir, tmp_dir, split, shard_id, num_shards, seed) -> Iterator[dict]:
@@ -154,7 +154,8 @@ class Race(FinetuneTask):
                 yield dict(encode_choices(sample, encoder, self.hparams), example_index=i)
 
     def compute_metrics(self, labels: Any, outputs: Any) -> dict[str, float]:
-        """The contract's metrics hook: accuracy of the argmax over the choices; `outputs`: logits [N, num_choices] (or a dict with them)."""
+        """Accuracy of the argmax over the choices (the contract's `metrics` calls it with the labels and
+        logits); `outputs`: logits [N, num_choices] (or a dict with them)."""
         logits = np.asarray(outputs["logits"] if isinstance(outputs, dict) else outputs)
         labels = np.asarray(labels).reshape(-1)
         return {"accuracy": float(np.mean(np.argmax(logits, -1) == labels)) if len(labels) else 0.0,

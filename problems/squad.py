@@ -615,7 +615,7 @@ class SquadProblem(FinetuneTask):
         return 0
 
     def label_list(self, data_dir: str) -> list[str]:
-        """None: an answer is a span of its context."""
+        """No names: an answer is a span of its context."""
         return []
 
     def metrics(self, data_dir: str, split: str, outputs: dict[str, Any]) -> dict[str, float]:
