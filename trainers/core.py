@@ -21,9 +21,15 @@ Decisions (and why):
   With several workers, each worker's iterator is saved beside the main checkpoint in
   `{model_dir}/input_pipeline_{i}/` at the same step (the chief's checkpoint cannot hold them all).
 - Per-replica state (XLNet memories) lives in ON_READ (sync-on-read) variables: one copy per replica, on
-  that replica's device, read and written in replica context, never gathered to the host and never
-  checkpointed (a resumed run starts from `model.initial_state`). `mem_reset="every_loop"` re-initialises
-  them at the start of every host loop; "never" carries them for the whole run.
+  that replica's device, read and written in replica context, never gathered to the host during training.
+  At a save each local replica's copy is stacked into one host variable of the pipeline's checkpoint and
+  written back at a restore. `mem_reset="every_loop"` re-initialises them at the start of every host loop;
+  "never" carries them for the whole run.
+- A resumed run is the same run: everything that draws randomness during training draws from state in the
+  checkpoint. Keras keeps its SeedGenerators (dropout, ELECTRA's masking and sampling) out of
+  tf.train.Checkpoint's object graph, so their state variables are added to it explicitly (`rng`); the
+  input iterator and the memories are saved per input pipeline. A checkpoint written before this was
+  restored without them (logged).
 - Host loop. `iterations_per_loop` steps run inside one tf.function (an autograph `tf.range` loop), so
   the TPU-style host loop and the GPU loop are one code path; summaries and logs are written on the
   host between loops, outside any compiled code.
@@ -166,6 +172,19 @@ def input_context(strategy: tf.distribute.Strategy) -> tf.distribute.InputContex
                                       num_replicas_in_sync=strategy.num_replicas_in_sync)
 
 
+def seed_states(model: tf.keras.layers.Layer) -> list:
+    """The state variables of every Keras SeedGenerator in `model`, in layer order (dropout, ELECTRA's
+    masking): Keras tracks them outside tf.train.Checkpoint's object graph, so a checkpoint of the model
+    alone would restart every random stream from its first draw."""
+    states, seen = [], set()
+    for layer in model._flatten_layers(include_self=True, recursive=True):
+        for generator in getattr(layer, "_seed_generators", ()):
+            if id(generator) not in seen:
+                seen.add(id(generator))
+                states.append(generator.state)
+    return states
+
+
 # ------------------------------------------------------------------------------------------ config
 @dataclasses.dataclass
 class TrainConfig:
@@ -303,28 +322,61 @@ class Trainer:
     def _setup_checkpoints(self) -> None:
         cfg = self.config
         objects = dict(model=self.model, optimizer=self.optimizer, step=self.step)
-        many_pipelines = self.input_context.num_input_pipelines > 1
-        if self._iterator is not None and not many_pipelines:
-            objects["iterator"] = self._iterator
+        rng = seed_states(self.model)
+        if rng:
+            objects["rng"] = rng
         if self._loss_scale is not None:
             objects["loss_scale"] = self._loss_scale
+        # What belongs to this input pipeline: its iterator and its replicas' memories. With one pipeline it
+        # goes in the main checkpoint; with several, each pipeline keeps its own beside it (the chief's
+        # checkpoint cannot hold the other workers' state).
+        pipeline = {}
+        if self._iterator is not None:
+            pipeline["iterator"] = self._iterator
+        self._state_snapshot = self._make_state_snapshot()
+        if self._state_snapshot:
+            pipeline["replica_state"] = self._state_snapshot
+        many_pipelines = self.input_context.num_input_pipelines > 1
+        if not many_pipelines:
+            objects.update(pipeline)
+        self._checkpoint_objects = objects
         self.checkpoint = tf.train.Checkpoint(**objects)
         directory = cfg.model_dir if self.is_chief else os.path.join(
             cfg.model_dir, ".worker_tmp", f"pipeline_{self.input_context.input_pipeline_id}")
         self.manager = tf.train.CheckpointManager(self.checkpoint, directory,
                                                   max_to_keep=cfg.keep_checkpoint_max if self.is_chief else 1)
         self._input_manager = None
-        if self._iterator is not None and many_pipelines:
-            self._input_checkpoint = tf.train.Checkpoint(iterator=self._iterator)
+        if pipeline and many_pipelines:
+            self._input_checkpoint = tf.train.Checkpoint(**pipeline)
             self._input_manager = tf.train.CheckpointManager(
                 self._input_checkpoint, os.path.join(cfg.model_dir, f"input_pipeline_{self.input_context.input_pipeline_id}"),
                 max_to_keep=cfg.keep_checkpoint_max)
+
+    def _make_state_snapshot(self) -> list[tf.Variable]:
+        """Host variables `[num_local, ...]` mirroring each per-replica state variable (see `save`)."""
+        snapshot = []
+        for var in tf.nest.flatten(self._state_vars):
+            local = self.strategy.experimental_local_results(var)
+            with tf.device("/cpu:0"):
+                snapshot.append(tf.Variable(tf.zeros([len(local), *var.shape], var.dtype), trainable=False))
+        return snapshot
+
+    def _snapshot_state(self) -> None:
+        for var, host in zip(tf.nest.flatten(self._state_vars), self._state_snapshot):
+            host.assign(tf.stack([v.read_value() for v in self.strategy.experimental_local_results(var)]))
+
+    def _restore_state_from_snapshot(self) -> None:
+        for var, host in zip(tf.nest.flatten(self._state_vars), self._state_snapshot):
+            for i, v in enumerate(self.strategy.experimental_local_results(var)):
+                v.assign(host[i])
 
     def _restore(self) -> str | None:
         latest = tf.train.latest_checkpoint(self.config.model_dir)
         if latest:
             checkpoint_checks.check_model_dir_checkpoint(latest, self.model, self.config.model_dir)
-            self.checkpoint.restore(latest).assert_existing_objects_matched()
+            self._checkpoint_for(latest).restore(latest).assert_existing_objects_matched()
+            if self._input_manager is None and "replica_state" in self._checkpoint_objects:
+                self._restore_state_from_snapshot()
             self._restore_input_pipeline(int(self.step.numpy()))
             log.info("restored %s (step %d)", latest, int(self.step.numpy()))
             return latest
@@ -333,12 +385,27 @@ class Trainer:
             return self.config.init_checkpoint
         return None
 
+    def _checkpoint_for(self, path: str) -> tf.train.Checkpoint:
+        """The checkpoint object that restores `path`: all of ours, or, for a checkpoint written before the
+        random streams and memories were saved, what it holds (the rest starts fresh, logged)."""
+        saved = {name.split("/", 1)[0] for name, _ in tf.train.list_variables(path)}
+        absent = [k for k in ("rng", "replica_state") if k in self._checkpoint_objects and k not in saved]
+        if not absent:
+            return self.checkpoint
+        log.warning("%s holds no %s (written by an earlier textrain): they start fresh, so the resumed run "
+                    "is close to, not equal to, an uninterrupted one", path, " or ".join(absent))
+        for k in absent:
+            self._checkpoint_objects.pop(k)
+        return tf.train.Checkpoint(**self._checkpoint_objects)
+
     def _restore_input_pipeline(self, step: int) -> None:
         if self._input_manager is None:
             return
         path = os.path.join(self._input_manager.directory, f"ckpt-{step}")
         if tf.io.gfile.exists(path + ".index"):
             self._input_checkpoint.restore(path).assert_existing_objects_matched()
+            if self._state_snapshot:
+                self._restore_state_from_snapshot()
         else:
             log.warning("no input-pipeline checkpoint %s: this worker's data starts from the beginning", path)
 
@@ -358,6 +425,8 @@ class Trainer:
 
     def save(self) -> str | None:
         step = int(self.step.numpy())
+        if self._state_snapshot:
+            self._snapshot_state()
         path = self.manager.save(checkpoint_number=step)
         if self._input_manager is not None:
             self._input_manager.save(checkpoint_number=step)
