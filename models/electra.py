@@ -177,13 +177,29 @@ class MaskedInputs(NamedTuple):
     weights: tf.Tensor  # [B, N] float32, 1 for used slots
 
 
-def _uniform(shape, rng: tf.random.Generator | None) -> tf.Tensor:
+class SeededDraws:
+    """Training-time draws (masking, sampling) from a Keras SeedGenerator, one fresh stateless seed per
+    draw with the replica id folded in (replicas mask differently). The generator's state is in the
+    trainer's checkpoint (trainers/core.seed_states), so a resumed run draws what the uninterrupted one would;
+    stateful `tf.random` ops would restart from their first draw."""
+
+    def __init__(self, seed_generator: tf.keras.random.SeedGenerator):
+        self.seed_generator = seed_generator
+
+    def uniform(self, shape, dtype=tf.float32) -> tf.Tensor:
+        ctx = tf.distribute.get_replica_context()
+        replica = 0 if ctx is None else ctx.replica_id_in_sync_group
+        seed = tf.random.experimental.stateless_fold_in(tf.cast(self.seed_generator.next(), tf.int64), replica)
+        return tf.random.stateless_uniform(shape, seed=seed, dtype=dtype)
+
+
+def _uniform(shape, rng: tf.random.Generator | SeededDraws | None) -> tf.Tensor:
     if rng is not None:
         return rng.uniform(shape, dtype=tf.float32)
     return tf.random.uniform(shape, dtype=tf.float32)
 
 
-def _gumbel(shape, rng: tf.random.Generator | None) -> tf.Tensor:
+def _gumbel(shape, rng: tf.random.Generator | SeededDraws | None) -> tf.Tensor:
     u = _uniform(shape, rng)
     return -tf.math.log(-tf.math.log(u + 1e-9) + 1e-9)
 
@@ -197,7 +213,7 @@ def scatter_positions(values: tf.Tensor, positions: tf.Tensor, weights: tf.Tenso
 
 
 def mask_tokens(input_ids: tf.Tensor, input_mask: tf.Tensor, *, num_predictions: int, mask_prob: float,
-                mask_id: int, ignore_ids: Iterable[int], rng: tf.random.Generator | None = None,
+                mask_id: int, ignore_ids: Iterable[int], rng: tf.random.Generator | SeededDraws | None = None,
                 word_start: tf.Tensor | None = None) -> MaskedInputs:
     """ELECTRA's dynamic masking (see the module docstring), positions drawn without replacement.
 
@@ -265,7 +281,7 @@ def _whole_word_scores(token_scores: tf.Tensor, candidates: tf.Tensor, word_star
 
 
 def sample_tokens(logits: tf.Tensor, temperature: float = 1.0, disallow_ids: tf.Tensor | None = None,
-                  rng: tf.random.Generator | None = None) -> tf.Tensor:
+                  rng: tf.random.Generator | SeededDraws | None = None) -> tf.Tensor:
     """Gumbel-max samples `[B, N]` from softmax(logits / temperature); `disallow_ids` get their logit lowered."""
     logits = tf.cast(logits, tf.float32) / temperature
     if disallow_ids is not None:
@@ -340,6 +356,8 @@ class ElectraPretrainer(TrainableModel):
                                            gen_config.initializer_range, name="generator_predictions")
         self.discriminator_head = DiscriminatorHead(disc_config.hidden_size, disc_config.hidden_act,
                                                     disc_config.initializer_range)
+        self.seed_generator = tf.keras.random.SeedGenerator(seed=None, name="replacement_seed")
+        self._train_draws = SeededDraws(self.seed_generator)
         self._build_variables()
 
     @property
@@ -364,7 +382,7 @@ class ElectraPretrainer(TrainableModel):
         return self.discriminator_head(self.discriminator(input_ids, input_mask, segment_ids, training=training))
 
     def call(self, features: dict[str, tf.Tensor], training: bool = False,
-             rng: tf.random.Generator | None = None) -> dict[str, tf.Tensor]:
+             rng: tf.random.Generator | SeededDraws | None = None) -> dict[str, tf.Tensor]:
         """Mask, run the generator, sample, run the discriminator. Returns every intermediate."""
         input_ids = tf.cast(features["input_ids"], tf.int32)
         input_mask = tf.cast(features["input_mask"], tf.int32)
@@ -383,7 +401,7 @@ class ElectraPretrainer(TrainableModel):
                 "disc_labels": labels, "disc_logits": disc_logits, "input_mask": input_mask}
 
     def step_output(self, features: dict[str, tf.Tensor], state: Any, training: bool) -> StepOutput:
-        out = self(features, training=training)
+        out = self(features, training=training, rng=self._train_draws if training else None)
         losses, metrics = electra_terms(out, self.objective)
         return StepOutput(losses=losses, metrics=metrics, state=state if state is not None else {})
 

@@ -21,9 +21,15 @@ Decisions (and why):
   With several workers, each worker's iterator is saved beside the main checkpoint in
   `{model_dir}/input_pipeline_{i}/` at the same step (the chief's checkpoint cannot hold them all).
 - Per-replica state (XLNet memories) lives in ON_READ (sync-on-read) variables: one copy per replica, on
-  that replica's device, read and written in replica context, never gathered to the host and never
-  checkpointed (a resumed run starts from `model.initial_state`). `mem_reset="every_loop"` re-initialises
-  them at the start of every host loop; "never" carries them for the whole run.
+  that replica's device, read and written in replica context, never gathered to the host during training.
+  At a save each local replica's copy is stacked into one host variable of the pipeline's checkpoint and
+  written back at a restore. `mem_reset="every_loop"` re-initialises them at the start of every host loop;
+  "never" carries them for the whole run.
+- A resumed run is the same run: everything that draws randomness during training draws from state in the
+  checkpoint. Keras keeps its SeedGenerators (dropout, ELECTRA's masking and sampling) out of
+  tf.train.Checkpoint's object graph, so their state variables are added to it explicitly (`rng`); the
+  input iterator and the memories are saved per input pipeline. A checkpoint written before this was
+  restored without them (logged).
 - Host loop. `iterations_per_loop` steps run inside one tf.function (an autograph `tf.range` loop), so
   the TPU-style host loop and the GPU loop are one code path; summaries and logs are written on the
   host between loops, outside any compiled code.
@@ -151,7 +157,10 @@ def _is_chief(strategy: tf.distribute.Strategy) -> bool:
 
 
 def input_context(strategy: tf.distribute.Strategy) -> tf.distribute.InputContext:
-    """This process's InputContext (one input pipeline per worker, as distribute_datasets_from_function)."""
+    """This process's InputContext, as `distribute_datasets_from_function` hands it to the dataset function:
+    one input pipeline per worker (MultiWorkerMirroredStrategy) or per host (TPUStrategy: one client feeds
+    every host; this process builds pipeline 0 for its own checks, TF calls the dataset function once per
+    host with that host's context)."""
     num_pipelines, pipeline_id = 1, 0
     if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
         resolver = strategy.cluster_resolver
@@ -162,8 +171,58 @@ def input_context(strategy: tf.distribute.Strategy) -> tf.distribute.InputContex
             pipeline_id = resolver.task_id + 1
         elif resolver.task_type == "worker":
             pipeline_id = resolver.task_id
+    elif isinstance(strategy, tf.distribute.TPUStrategy):
+        num_pipelines = max(int(strategy.extended.num_hosts), 1)
     return tf.distribute.InputContext(num_input_pipelines=num_pipelines, input_pipeline_id=pipeline_id,
                                       num_replicas_in_sync=strategy.num_replicas_in_sync)
+
+
+@dataclasses.dataclass(frozen=True)
+class PipelineLayout:
+    """Which input pipeline this is, how many there are and how many replicas each one feeds: the one source
+    of truth for the resume skip, per-host batch checks, per-pipeline data seeds and logs. Built from an
+    InputContext, so under every strategy it says what `distribute_datasets_from_function` does: each
+    pipeline's dataset yields per-replica batches dealt to its own replicas only."""
+
+    num_pipelines: int
+    pipeline_id: int
+    num_replicas: int
+
+    @classmethod
+    def of(cls, ctx: tf.distribute.InputContext) -> "PipelineLayout":
+        return cls(ctx.num_input_pipelines, ctx.input_pipeline_id, ctx.num_replicas_in_sync)
+
+    @property
+    def replicas_per_pipeline(self) -> int:
+        return max(self.num_replicas // self.num_pipelines, 1)
+
+    def pipeline_batch(self, global_batch: int) -> int:
+        """Examples this pipeline reads per step (per micro-batch) of `global_batch`."""
+        if global_batch % self.num_replicas:
+            raise TrainerSetupError(f"--train_batch_size={global_batch} is not a multiple of the "
+                                    f"{self.num_replicas} replicas")
+        return global_batch // self.num_pipelines
+
+    def batches_consumed(self, step: int, grad_accum_steps: int = 1) -> int:
+        """Per-replica batches this pipeline's dataset has yielded after `step` steps."""
+        return step * grad_accum_steps * self.replicas_per_pipeline
+
+    def describe(self) -> str:
+        return (f"{self.num_pipelines} input pipeline(s) x {self.replicas_per_pipeline} replica(s) "
+                f"({self.num_replicas} in all)")
+
+
+def seed_states(model: tf.keras.layers.Layer) -> list:
+    """The state variables of every Keras SeedGenerator in `model`, in layer order (dropout, ELECTRA's
+    masking): Keras tracks them outside tf.train.Checkpoint's object graph, so a checkpoint of the model
+    alone would restart every random stream from its first draw."""
+    states, seen = [], set()
+    for layer in model._flatten_layers(include_self=True, recursive=True):
+        for generator in getattr(layer, "_seed_generators", ()):
+            if id(generator) not in seen:
+                seen.add(id(generator))
+                states.append(generator.state)
+    return states
 
 
 # ------------------------------------------------------------------------------------------ config
@@ -175,7 +234,11 @@ class TrainConfig:
     iterations_per_loop: int = 100
     save_checkpoints_steps: int = 1000
     keep_checkpoint_max: int = 5
-    log_steps: int = 100                # a progress line at least every log_steps (shortens loops)
+    log_steps: int = 100                # a progress line every log_steps (see log_shortens_loops)
+    # True (GPU trainer): a host loop also ends at every log_steps boundary, so a line comes at least that
+    # often. False (TPU trainer, TPUEstimator's contract): iterations_per_loop steps per device call whatever
+    # log_steps says; a line is logged between calls, at most once per call, when a boundary was crossed.
+    log_shortens_loops: bool = True
     grad_accum_steps: int = 1
     clip_norm: float = 1.0              # 0 disables clipping
     jit_compile: bool = False
@@ -243,8 +306,9 @@ class Trainer:
         self.is_chief = _is_chief(strategy)
         self._dir_lock = checkpoint_checks.prepare_model_dir(config.model_dir, self.is_chief)
         self.input_context = input_context(strategy)
+        self.layout = PipelineLayout.of(self.input_context)
         self.num_replicas = strategy.num_replicas_in_sync
-        self.num_local = max(len(strategy.extended.worker_devices), 1)
+        self.num_local = self.layout.replicas_per_pipeline  # the replicas this process's dataset feeds
         set_precision_policy(config.precision)
         self._stop_requested = False
         self._stop_signal = 0
@@ -262,17 +326,23 @@ class Trainer:
             self._loss_scale = _DynamicLossScale(period=config.loss_scale_period) if config.precision == "fp16" else None
         self._forward_fn = (tf.function(self._forward, jit_compile=True) if config.jit_compile else self._forward)
 
+        # A checkpoint saved on another topology restores model, optimizer, step and random streams; the
+        # iterator and memories cannot move, so the input position is re-derived from the step.
+        self._moved_from = self._saved_layout_if_moved()
         self._iterator = None
         if config.input_mode == "host":
-            self._iterator = self._host_iterator(skip=0)
+            skip = 0
+            if self._moved_from is not None:
+                skip = self.layout.batches_consumed(self._saved_step(), config.grad_accum_steps)
+            self._iterator = self._host_iterator(skip=skip)
         self._setup_checkpoints()
         self.restored_from = self._restore()
         if config.input_mode == "distributed":
-            # Each step takes one per-replica batch per local replica (the worker's dataset is dealt
-            # round-robin to its replicas) and micro-batch.
-            consumed = int(self.step.numpy()) * config.grad_accum_steps * self.num_local
+            # Every pipeline's dataset (one per host or worker, each with its own InputContext) skips the
+            # per-replica batches it has already dealt to its own replicas.
+            step, accum = int(self.step.numpy()), config.grad_accum_steps
             self._dist_iterator = iter(strategy.distribute_datasets_from_function(
-                lambda ctx: dataset_fn(ctx).skip(consumed)))
+                lambda ctx: dataset_fn(ctx).skip(PipelineLayout.of(ctx).batches_consumed(step, accum))))
         self._loop_fn = tf.function(self._train_loop)
         self._writer = (tf.summary.create_file_writer(os.path.join(config.model_dir, "train"))
                         if self.is_chief else tf.summary.create_noop_writer())
@@ -295,36 +365,77 @@ class Trainer:
     def _host_iterator(self, skip: int):
         with tf.device(self.strategy.extended.worker_devices[0].rsplit("/device:", 1)[0] + "/device:CPU:0"):
             ds = self.dataset_fn(self.input_context)
+            if skip:  # per-replica batches, counted before they are grouped by replica
+                ds = ds.skip(skip)
             if self.num_local > 1:  # one element = the per-replica batches of all local replicas
                 ds = ds.batch(self.num_local, drop_remainder=True)
-            return iter(ds.skip(skip)) if skip else iter(ds)
+            return iter(ds)
 
     # --------------------------------------------------------------------------------- checkpoints
     def _setup_checkpoints(self) -> None:
         cfg = self.config
         objects = dict(model=self.model, optimizer=self.optimizer, step=self.step)
-        many_pipelines = self.input_context.num_input_pipelines > 1
-        if self._iterator is not None and not many_pipelines:
-            objects["iterator"] = self._iterator
+        with tf.device("/cpu:0"):
+            self._layout_var = tf.Variable([self.layout.num_pipelines, self.layout.num_replicas], dtype=tf.int64,
+                                           trainable=False)
+        objects["pipeline_layout"] = self._layout_var
+        rng = seed_states(self.model)
+        if rng:
+            objects["rng"] = rng
         if self._loss_scale is not None:
             objects["loss_scale"] = self._loss_scale
+        # What belongs to this input pipeline: its iterator and its replicas' memories. With one pipeline it
+        # goes in the main checkpoint; with several, each pipeline keeps its own beside it (the chief's
+        # checkpoint cannot hold the other workers' state).
+        pipeline = {}
+        if self._iterator is not None:
+            pipeline["iterator"] = self._iterator
+        self._state_snapshot = self._make_state_snapshot()
+        if self._state_snapshot:
+            pipeline["replica_state"] = self._state_snapshot
+        many_pipelines = self.input_context.num_input_pipelines > 1
+        if not many_pipelines:
+            objects.update(pipeline)
+        self._checkpoint_objects = objects
         self.checkpoint = tf.train.Checkpoint(**objects)
         directory = cfg.model_dir if self.is_chief else os.path.join(
             cfg.model_dir, ".worker_tmp", f"pipeline_{self.input_context.input_pipeline_id}")
         self.manager = tf.train.CheckpointManager(self.checkpoint, directory,
                                                   max_to_keep=cfg.keep_checkpoint_max if self.is_chief else 1)
         self._input_manager = None
-        if self._iterator is not None and many_pipelines:
-            self._input_checkpoint = tf.train.Checkpoint(iterator=self._iterator)
+        if pipeline and many_pipelines:
+            self._input_checkpoint = tf.train.Checkpoint(**pipeline)
             self._input_manager = tf.train.CheckpointManager(
                 self._input_checkpoint, os.path.join(cfg.model_dir, f"input_pipeline_{self.input_context.input_pipeline_id}"),
                 max_to_keep=cfg.keep_checkpoint_max)
+
+    def _make_state_snapshot(self) -> list[tf.Variable]:
+        """Host variables `[num_local, ...]` mirroring each per-replica state variable (see `save`)."""
+        snapshot = []
+        for var in tf.nest.flatten(self._state_vars):
+            local = self.strategy.experimental_local_results(var)
+            with tf.device("/cpu:0"):
+                snapshot.append(tf.Variable(tf.zeros([len(local), *var.shape], var.dtype), trainable=False))
+        return snapshot
+
+    def _snapshot_state(self) -> None:
+        for var, host in zip(tf.nest.flatten(self._state_vars), self._state_snapshot):
+            host.assign(tf.stack([v.read_value() for v in self.strategy.experimental_local_results(var)]))
+
+    def _restore_state_from_snapshot(self) -> None:
+        for var, host in zip(tf.nest.flatten(self._state_vars), self._state_snapshot):
+            for i, v in enumerate(self.strategy.experimental_local_results(var)):
+                v.assign(host[i])
 
     def _restore(self) -> str | None:
         latest = tf.train.latest_checkpoint(self.config.model_dir)
         if latest:
             checkpoint_checks.check_model_dir_checkpoint(latest, self.model, self.config.model_dir)
-            self.checkpoint.restore(latest).assert_existing_objects_matched()
+            status = self._checkpoint_for(latest).restore(latest).assert_existing_objects_matched()
+            if self._moved_from is not None:
+                status.expect_partial()  # the old topology's iterator and memories stay unread
+            if self._input_manager is None and "replica_state" in self._checkpoint_objects:
+                self._restore_state_from_snapshot()
             self._restore_input_pipeline(int(self.step.numpy()))
             log.info("restored %s (step %d)", latest, int(self.step.numpy()))
             return latest
@@ -333,12 +444,57 @@ class Trainer:
             return self.config.init_checkpoint
         return None
 
+    def _checkpoint_for(self, path: str) -> tf.train.Checkpoint:
+        """The checkpoint object that restores `path`: all of ours, or, for a checkpoint written before the
+        random streams and memories were saved, what it holds (the rest starts fresh, logged)."""
+        saved = {name.split("/", 1)[0] for name, _ in tf.train.list_variables(path)}
+        absent = [k for k in ("rng", "replica_state", "pipeline_layout")
+                  if k in self._checkpoint_objects and k not in saved]
+        if absent:
+            log.warning("%s holds no %s (written by an earlier textrain): restored without, so the resumed run "
+                        "is close to, not equal to, an uninterrupted one", path, " or ".join(absent))
+        if self._moved_from is not None:
+            absent += [k for k in ("iterator", "replica_state") if k in self._checkpoint_objects and k not in absent]
+        if not absent:
+            return self.checkpoint
+        objects = {k: v for k, v in self._checkpoint_objects.items() if k not in absent}
+        self._checkpoint_objects = objects
+        return tf.train.Checkpoint(**objects)
+
+    def _saved_layout_if_moved(self) -> PipelineLayout | None:
+        """The layout the latest checkpoint in model_dir was saved with, when it differs from this run's."""
+        latest = tf.train.latest_checkpoint(self.config.model_dir)
+        if not latest:
+            return None
+        try:
+            pipelines, replicas = tf.train.load_variable(latest, "pipeline_layout/.ATTRIBUTES/VARIABLE_VALUE")
+        except (tf.errors.NotFoundError, ValueError):
+            return None  # an earlier textrain's checkpoint: assumed to be this topology
+        saved = PipelineLayout(int(pipelines), self.layout.pipeline_id, int(replicas))
+        if (saved.num_pipelines, saved.num_replicas) == (self.layout.num_pipelines, self.layout.num_replicas):
+            return None
+        exact = saved.num_pipelines == self.layout.num_pipelines
+        log.warning("%s was saved with %s; this run has %s. Model, optimizer, step and random streams are "
+                    "restored; the input iterator cannot move between topologies, so each pipeline's position "
+                    "is re-derived from the step (%s) and XLNet memories start fresh", latest, saved.describe(),
+                    self.layout.describe(),
+                    "exact: the same pipelines read the same examples per step" if exact else
+                    "each pipeline skips its share of the examples consumed; the pipelines' shards changed, "
+                    "so which examples those were is not the same")
+        return saved
+
+    def _saved_step(self) -> int:
+        latest = tf.train.latest_checkpoint(self.config.model_dir)
+        return int(tf.train.load_variable(latest, "step/.ATTRIBUTES/VARIABLE_VALUE"))
+
     def _restore_input_pipeline(self, step: int) -> None:
-        if self._input_manager is None:
+        if self._input_manager is None or self._moved_from is not None:
             return
         path = os.path.join(self._input_manager.directory, f"ckpt-{step}")
         if tf.io.gfile.exists(path + ".index"):
             self._input_checkpoint.restore(path).assert_existing_objects_matched()
+            if self._state_snapshot:
+                self._restore_state_from_snapshot()
         else:
             log.warning("no input-pipeline checkpoint %s: this worker's data starts from the beginning", path)
 
@@ -358,6 +514,8 @@ class Trainer:
 
     def save(self) -> str | None:
         step = int(self.step.numpy())
+        if self._state_snapshot:
+            self._snapshot_state()
         path = self.manager.save(checkpoint_number=step)
         if self._input_manager is not None:
             self._input_manager.save(checkpoint_number=step)
@@ -539,7 +697,8 @@ class Trainer:
                 figures = _figures({k: float(v) for k, v in sums.items()}, good)
                 figures.update(step=step, learning_rate=float(last["learning_rate"]),
                                grad_norm=float(last["grad_norm"]), examples_per_sec=rate, steps_per_sec=steps_rate)
-                self._log_progress(figures, start_step, start_time)
+                if self._crossed_log_boundary(step - done, step):
+                    self._log_progress(figures, start_step, start_time)
                 self._write_summaries(figures, step)
                 for callback in callbacks:
                     callback(figures)
@@ -564,10 +723,17 @@ class Trainer:
         """Steps of the next host loop: up to iterations_per_loop, never past a save, log or the end."""
         cfg = self.config
         n = min(cfg.iterations_per_loop, cfg.num_train_steps - step)
-        for every in (cfg.save_checkpoints_steps, cfg.log_steps, cfg.eval_every_steps):
+        ends = [cfg.save_checkpoints_steps, cfg.eval_every_steps] + ([cfg.log_steps] if cfg.log_shortens_loops else [])
+        for every in ends:
             if every > 0:
                 n = min(n, every - step % every)
         return max(n, 1)
+
+    def _crossed_log_boundary(self, before: int, after: int) -> bool:
+        """Whether the loop from step `before` to `after` reached a multiple of log_steps or the end."""
+        every = self.config.log_steps
+        return (self.config.log_shortens_loops or every <= 0 or after // every > before // every or after >= self.config.num_train_steps
+                or self._stop_requested)
 
     def _install_sigterm_handler(self):
         if not self.config.handle_sigterm:
