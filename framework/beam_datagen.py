@@ -88,11 +88,22 @@ class WriteManifests(_ProblemDoFn):
         yield from sorted(manifests)
 
 
+def pipeline_args(options: str | Sequence[str]) -> list[str]:
+    """--beam_pipeline_options in either form users write: command-line arguments
+    ("--runner=DirectRunner --direct_num_workers=2", as Beam's own programs take them) or TFDS's comma list
+    ("runner=DirectRunner,direct_num_workers=2", as `tfds build --beam_pipeline_options` takes it), or a list."""
+    if not isinstance(options, str):
+        return list(options)
+    args = shlex.split(options)
+    if args and not any(a.startswith("-") for a in args):
+        return ["--" + item.strip() for item in options.split(",") if item.strip()]
+    return args
+
+
 def pipeline_options(options: str | Sequence[str]) -> PipelineOptions:
-    """--beam_pipeline_options as given on the command line (a string) or as a list of arguments.
-    With no --runner in them, Beam's DirectRunner is used (in-process, one worker)."""
-    args = shlex.split(options) if isinstance(options, str) else list(options)
-    return PipelineOptions(args)
+    """--beam_pipeline_options (`pipeline_args`). With no runner in them, Beam's DirectRunner is used
+    (in-process, one worker)."""
+    return PipelineOptions(pipeline_args(options))
 
 
 def build_pipeline(pipeline: beam.Pipeline, problem: Problem, data_dir: str, tmp_dir: str,

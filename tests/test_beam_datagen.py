@@ -85,6 +85,21 @@ def test_beam_shards_are_byte_identical_to_local(beam, local_dir, tmp_path):
     assert vocab(tmp_path) == vocab(local_dir)
 
 
+def test_pipeline_options_in_both_forms_users_write(beam):
+    from textrain.framework.beam_datagen import pipeline_args, pipeline_options
+
+    beam_form = pipeline_args("--runner=DirectRunner --direct_num_workers=2")
+    assert pipeline_args("runner=DirectRunner,direct_num_workers=2") == beam_form  # TFDS's form
+    assert pipeline_args(" runner=DirectRunner, direct_num_workers=2 ") == beam_form
+    assert pipeline_options("runner=DirectRunner,direct_num_workers=2").get_all_options()["direct_num_workers"] == 2
+
+
+@pytest.mark.slow
+def test_tfds_form_of_pipeline_options_runs(beam, local_dir, tmp_path):
+    run_datagen(tmp_path, "--runner=beam", "--beam_pipeline_options=runner=DirectRunner,direct_num_workers=2")
+    assert shard_hashes(tmp_path) == shard_hashes(local_dir)
+
+
 @pytest.mark.slow
 def test_killed_pipeline_leaves_no_manifest_and_a_rerun_completes(beam, tmp_path):
     # More and bigger shards than the other tests: a shard of the 6-shard setting is written in tens of
