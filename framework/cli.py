@@ -2,7 +2,7 @@
 
 Every entry point (`textrain-datagen`, `textrain-train-gpu`, `textrain-train-tpu`, `textrain-finetune`,
 `textrain-decode`, ...) runs its absl `main` through `run_main(prog, main)`. Code anywhere below it
-raises `UserError` (or a subclass: CorpusError, RecordError, EncoderError, SettingsMismatchError,
+raises `framework.errors.UserError` (or a subclass: CorpusError, RecordError, EncoderError, SettingsMismatchError,
 CheckpointMismatchError, ... are all UserErrors) for a failure the user can fix: a flag, a file, a
 setting. That ends as `<prog>: error: <message>` on stderr and a non-zero exit status, with no traceback.
 
@@ -29,10 +29,7 @@ from typing import Callable
 
 from absl import app, flags
 
-
-class UserError(Exception):
-    """A failure the user can fix; its message names the flag, file (and line/record) and what to do."""
-
+from textrain.framework.errors import UserError
 
 INTERRUPTED_STATUS = 130  # 128 + SIGINT
 

@@ -10,7 +10,7 @@ Settings are validated in ONE place, `validate_settings`, before any work (frame
 calls it on construction, so datagen, the trainers and every other entry point get it): each field's
 declared range / choices (`help_text(..., low=, high=, choices=)` in the field's metadata), then the
 HParams' own `validate()` for relations between fields (e.g. BERT's max_predictions_per_seq vs
-max_seq_length). A violation is a `SettingsError` (a cli.UserError and a ValueError) naming the flag,
+max_seq_length). A violation is a `SettingsError` (a UserError and a ValueError) naming the flag,
 the allowed range and the value given.
 """
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any
 from absl import flags
 
 from textrain.framework import registry
-from textrain.framework.cli import UserError
+from textrain.framework.errors import UserError
 
 FLAGS = flags.FLAGS
 

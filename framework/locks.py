@@ -29,7 +29,7 @@ import time
 from absl import logging
 
 from textrain.framework import fileio
-from textrain.framework.cli import UserError
+from textrain.framework.errors import UserError
 
 HOST = socket.gethostname()
 

@@ -41,7 +41,7 @@ import numpy as np
 from absl import logging
 
 from textrain.framework import fileio, lazy_tf, locks, pipeline, records
-from textrain.framework.cli import UserError
+from textrain.framework.errors import UserError
 from textrain.framework.lazy_tf import tf
 from textrain.framework.flags import validate_settings
 

@@ -33,7 +33,7 @@ from typing import Any, Iterable, Iterator, Mapping
 import numpy as np
 
 from textrain.framework import fileio, locks
-from textrain.framework.cli import UserError
+from textrain.framework.errors import UserError
 from textrain.framework.lazy_tf import tf
 
 MANIFEST_VERSION = 1

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import TypeVar
 
-from textrain.framework.cli import UserError
+from textrain.framework.errors import UserError
 
 T = TypeVar("T")
 

@@ -24,7 +24,7 @@ from typing import ClassVar
 import numpy as np
 
 from textrain.framework import fileio, records, text_encoders
-from textrain.framework.cli import UserError
+from textrain.framework.errors import UserError
 from textrain.framework.lazy_tf import tf
 from textrain.framework.problem import DataParams, ModeKeys
 

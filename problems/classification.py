@@ -82,7 +82,7 @@ import numpy as np
 from absl import logging
 
 from textrain.framework import corpus, fileio, metrics, records, text_encoders
-from textrain.framework.cli import UserError
+from textrain.framework.errors import UserError
 from textrain.framework.flags import help_text
 from textrain.framework.lazy_tf import tf
 from textrain.framework.problem import DatasetSplit, Problem

@@ -12,7 +12,7 @@ import pytest
 import tensorflow as tf
 
 from textrain.framework import registry
-from textrain.framework.cli import UserError
+from textrain.framework.errors import UserError
 from textrain.framework.problem import DataParams, ModeKeys
 from textrain.framework.text_encoders import WordpieceEncoder, build_wordpiece_vocab, train_sentencepiece
 from textrain.problems import classification as cls

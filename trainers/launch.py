@@ -13,7 +13,7 @@ Decisions:
   per-worker batch must equal it.
 - A flag/data mismatch found while building (e.g. XLNet's per-core batch layout, raised as
   `framework.problem.SettingsMismatchError` by the problem's `dataset`) also ends as one line
-  (`framework.cli.UserError`), never a traceback.
+  (`framework.errors.UserError`), never a traceback.
 - Data seed. With `--seed` the input pipeline uses it. Without `--seed` a seed is drawn once per run and
   input pipeline and recorded in `{model_dir}/data_seed-{pipeline}.txt` (temp name, then rename); a
   resumed run reads it back, so it continues the very same stream (XLNet's parse-time permutations,
@@ -183,11 +183,11 @@ def run_training(prog: str, strategy, *, data_params: dict | None = None,
     data_params: extra framework.problem.DataParams fields (train_tpu: fixed shapes, drop_remainder);
     config_overrides: TrainConfig fields the CLI decides (train_tpu: input_mode, jit_compile);
     check_dataset(ds): called on each input pipeline's dataset (train_tpu: static shapes).
-    Exits 143 after SIGTERM; user errors are raised as framework.cli.UserError.
+    Exits 143 after SIGTERM; user errors are raised as framework.errors.UserError.
     """
     import tensorflow as tf
 
-    from textrain.framework import cli, registry
+    from textrain.framework import errors, registry
     from textrain.framework.problem import DataParams, ModeKeys, SettingsMismatchError
     from textrain.trainers import core
 
@@ -204,12 +204,12 @@ def run_training(prog: str, strategy, *, data_params: dict | None = None,
         check_run_settings(manifest, problem_cls.HParams, context.num_input_pipelines)
         problem = problem_cls(problem_hparams_for_training(problem_cls, manifest))
     except ValueError as e:
-        raise cli.UserError(str(e)) from None
+        raise errors.UserError(str(e)) from None
     model_cls = registry.models.get(FLAGS.model)
     try:
         apply_model_flag_defaults(model_cls)
     except ValueError as e:
-        raise cli.UserError(str(e)) from None
+        raise errors.UserError(str(e)) from None
     build = model_builder(model_cls)
     # The reading knobs: batch (examples, or tokens with --batching=tokens), max_length, batching.
     reading = dict(batch_size=FLAGS.train_batch_size, max_length=FLAGS.max_length or 0, batching=FLAGS.batching,
@@ -232,12 +232,12 @@ def run_training(prog: str, strategy, *, data_params: dict | None = None,
         try:
             problem.read_manifest(FLAGS.data_dir, "dev")
         except FileNotFoundError as e:
-            raise cli.UserError(f"--do_eval: {e} (pretraining problems make it with --dev_fraction > 0)") from None
+            raise errors.UserError(f"--do_eval: {e} (pretraining problems make it with --dev_fraction > 0)") from None
     try:
         trainer = core.Trainer(strategy, model_fn, lambda: optimizer_from_flags(built["model"]), dataset_fn,
                                train_config_from_flags(**(config_overrides or {})))
     except SettingsMismatchError as e:  # the data's layout vs this run (found while building the input)
-        raise cli.UserError(str(e)) from None
+        raise errors.UserError(str(e)) from None
     result = trainer.train() if FLAGS.do_train else None
     if FLAGS.do_eval and not (result is not None and result.preempted):
         # run_pretraining.py --do_eval: the model's own metrics on the dev split, through the one eval loop.
