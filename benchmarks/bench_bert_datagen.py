@@ -57,8 +57,8 @@ def ours(args, corpus: str, vocab_file: str, workers: int, out_dir: str) -> dict
     cmd = [sys.executable, "-c", code, "--problem=bert_pretrain", f"--data_dir={out_dir}",
            f"--input_file={corpus}", f"--vocab_file={vocab_file}", f"--num_workers={workers}", *settings(args)]
     result = same_run.run_measured(cmd, adopt_orphans=True)  # the forkserver's workers count too
-    from textrain.framework import records
-    manifest = records.read_json(os.path.join(out_dir, "bert_pretrain", "bert_pretrain-train.manifest.json"))
+    from textrain.framework import fileio
+    manifest = fileio.read_json(os.path.join(out_dir, "bert_pretrain", "bert_pretrain-train.manifest.json"))
     result.update(instances=manifest["num_examples"], workers=workers)
     return result
 
@@ -127,7 +127,7 @@ def build_vocab(corpus_path: str, work: str) -> str:
 
 def breakdown(args, corpus_path: str, vocab_file: str, num_shards: int) -> None:
     """CPU seconds of each stage of ours over all shards, in this process."""
-    from textrain.framework import corpus, records
+    from textrain.framework import corpus, generator, records
     from textrain.framework.text_problems import document_selector
     from textrain.problems import bert_pretrain as bp
     hp = bp.BertPretrainHParams(input_file=corpus_path, vocab_file=vocab_file, dupe_factor=args.dupe_factor,
@@ -146,8 +146,8 @@ def breakdown(args, corpus_path: str, vocab_file: str, num_shards: int) -> None:
         t1 = time.process_time()
         tokenized = list(bp.tokenize_documents(docs, encoder))
         t2 = time.process_time()
-        batches = list(bp.generate_instances(tokenized, vocab, hp, bp.shard_rng(seed, "train", shard),
-                                             bp.shard_np_rng(seed, "train", shard)))
+        batches = list(bp.generate_instances(tokenized, vocab, hp, generator.shard_rng(seed, "train", shard),
+                                             generator.shard_np_rng(seed, "train", shard)))
         t3 = time.process_time()
         for batch in batches:
             records.serialize_batch(batch)

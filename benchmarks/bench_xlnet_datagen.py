@@ -183,7 +183,7 @@ settings = json.loads(settings)
 import numpy as np
 import tensorflow as tf
 from textrain.framework import records
-from textrain.framework.problem import shard_np_rng
+from textrain.framework.generator import shard_np_rng
 from textrain.problems import xlnet_pretrain as xp
 hp = xp.XlnetPretrainHParams(input_file=corpus, sp_model=sp_model, **settings)
 problem = xp.XlnetPretrain(hp)

@@ -23,7 +23,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from textrain.framework import fileio, records, text_encoders
+from textrain.framework import fileio, manifests, text_encoders
 from textrain.framework.errors import UserError
 from textrain.framework.lazy_tf import tf
 from textrain.framework.problem import DataParams, ModeKeys
@@ -92,7 +92,7 @@ class FinetuneTask:
         """Whether `split` was generated (its manifest exists): a task's dev/test splits may be absent."""
         name = self.name  # type: ignore[attr-defined]
         return fileio.exists(os.path.join(self.problem_dir(data_dir),  # type: ignore[attr-defined]
-                                               records.manifest_filename(name, split)))
+                                               manifests.manifest_filename(name, split)))
 
     def has_labels(self, data_dir: str, split: str) -> bool:
         """Whether the split's records hold real labels (from its manifest)."""

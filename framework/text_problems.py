@@ -230,14 +230,10 @@ class WordpieceCorpusProblem(Problem):
                                             do_lower_case=self.hparams.do_lower_case)
         logging.info("built %s from %s", path, self.hparams.input_file)
 
-    def encoder_kwargs(self) -> dict:
-        return {}
-
     def encoder(self, data_dir: str) -> text_encoders.WordpieceEncoder:
         path = self.vocab_path(data_dir)
         if self._encoder is None or self._encoder[0] != path:
-            encoder = text_encoders.WordpieceEncoder(path, do_lower_case=self.hparams.do_lower_case,
-                                                     **self.encoder_kwargs())
+            encoder = text_encoders.WordpieceEncoder(path, do_lower_case=self.hparams.do_lower_case)
             missing = [t for t in self.required_special_tokens if t not in encoder.special_ids]
             if missing:
                 raise ValueError(f"{path}: the vocab lacks {', '.join(missing)}, which {self.name} needs")

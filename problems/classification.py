@@ -81,14 +81,15 @@ from typing import ClassVar, Iterator, Sequence
 import numpy as np
 from absl import logging
 
-from textrain.framework import corpus, fileio, metrics, records, text_encoders
+from textrain.framework import corpus, fileio, metrics, text_encoders
 from textrain.framework.errors import UserError
-from textrain.framework.flags import help_text
 from textrain.framework.lazy_tf import tf
 from textrain.framework.problem import DatasetSplit, Problem
 from textrain.framework.registry import register_problem
+from textrain.framework.settings import help_text
 from textrain.framework.tasks import FinetuneTask, tokenizer_file
 from textrain.framework.text_problems import is_dev_document
+from textrain.framework.truncation import truncate_seq_pair
 
 TASK_TYPES = ("classification", "regression", "multilabel")
 BAD_ROW_POLICIES = ("error", "skip")
@@ -100,21 +101,12 @@ XLNET_SEG_A, XLNET_SEG_B, XLNET_SEG_CLS, XLNET_SEG_PAD = 0, 1, 2, 4
 # =============================================================================================== #
 # Layouts (pure functions; the graph tokenizer and the tests restate them)
 # =============================================================================================== #
-def truncate_seq_pair(tokens_a: list, tokens_b: list, max_length: int) -> None:
-    """In place: drop one token at a time from the end of the longer list (B on a tie) until the
-    pair fits in `max_length` (run_classifier.py's _truncate_seq_pair)."""
-    while len(tokens_a) + len(tokens_b) > max_length:
-        if len(tokens_a) > len(tokens_b):
-            tokens_a.pop()
-        else:
-            tokens_b.pop()
-
-
 def _truncate(ids_a: Sequence[int], ids_b: Sequence[int] | None,
               max_seq_length: int) -> tuple[list[int], list[int]]:
     a, b = list(ids_a), list(ids_b or [])
-    if b:
-        truncate_seq_pair(a, b, max_seq_length - 3)
+    if b:  # run_classifier.py's _truncate_seq_pair: every cut from the end
+        _, a_back, _, b_back = truncate_seq_pair(len(a), len(b), max_seq_length - 3)
+        a, b = a[:len(a) - a_back], b[:len(b) - b_back]
     else:
         a = a[:max_seq_length - 2]
     return a, b
@@ -405,7 +397,7 @@ class ClassificationProblem(FinetuneTask, Problem):
             path = self.labels_path(data_dir)
             if not fileio.exists(path):
                 raise FileNotFoundError(f"{path} does not exist: run textrain-datagen (prepare) first")
-            self._labels = list(records.read_json(path)["labels"])
+            self._labels = list(fileio.read_json(path)["labels"])
         return self._labels
 
     # ------------------------------------------------------------------ generation side
@@ -426,7 +418,7 @@ class ClassificationProblem(FinetuneTask, Problem):
             self.split_paths(split)
         labels = self.decide_labels()
         fileio.makedirs(self.problem_dir(data_dir))
-        records.write_json_atomic(self.labels_path(data_dir), {"labels": labels, "task_type": self.task_type})
+        fileio.write_json_atomic(self.labels_path(data_dir), {"labels": labels, "task_type": self.task_type})
         self._labels = labels
 
     def manifest_settings(self, data_dir: str) -> dict:

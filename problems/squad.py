@@ -51,11 +51,11 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 from absl import logging
 
-from textrain.framework import fileio, records, text_encoders
-from textrain.framework.flags import help_text
+from textrain.framework import fileio, text_encoders
 from textrain.framework.lazy_tf import tf
 from textrain.framework.problem import DatasetSplit, ModeKeys, Problem
 from textrain.framework.registry import register_problem
+from textrain.framework.settings import help_text
 from textrain.framework.tasks import FinetuneTask, check_tokenizer
 from textrain.problems import qa_postprocess
 
@@ -541,7 +541,7 @@ class SquadProblem(FinetuneTask, Problem):
             return
         path = os.path.join(self.problem_dir(data_dir), self.sidecar_filename(split))
         lines = [json.dumps(entry, ensure_ascii=False) for _, entry in self.featurize(split)]
-        records.write_text_atomic(path, "\n".join(lines) + "\n")
+        fileio.write_text_atomic(path, "\n".join(lines) + "\n")
         manifest["sidecar"] = {"file": os.path.basename(path), "num_questions": len(lines)}
 
     # ---------------------------------------------------------------- reading

@@ -78,11 +78,13 @@ import numpy as np
 from absl import logging
 
 from textrain.framework import corpus, fileio, records, text_encoders
+from textrain.framework.errors import SettingsMismatchError
+from textrain.framework.generator import shard_np_rng
 from textrain.framework.lazy_tf import tf
-from textrain.framework.problem import (DataParams, DatasetSplit, Problem, SettingsMismatchError, check_settings,
-                               shard_np_rng)
-from textrain.framework.flags import help_text
+from textrain.framework.manifests import check_settings
+from textrain.framework.problem import DataParams, DatasetSplit, Problem
 from textrain.framework.registry import register_problem
+from textrain.framework.settings import help_text
 
 SPECIAL_IDS = text_encoders.XLNET_SPECIAL_IDS
 SEP_ID = SPECIAL_IDS["<sep>"]

@@ -288,7 +288,6 @@ def test_bad_settings_are_named():
         make_problem(dev_fraction=1.5)
     with pytest.raises(ValueError, match="--input_file"):
         ep.ElectraPretrain().input_paths()
-    if not ep._encoder_has_strip_accents():
-        with pytest.raises(ValueError, match="strip_accents"):
-            make_problem(strip_accents=False)
+    with pytest.raises(ValueError, match="strip_accents"):
+        make_problem(strip_accents=False)
     make_problem(strip_accents=False, do_lower_case=False)  # accents only matter when lower-casing

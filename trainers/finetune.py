@@ -289,7 +289,7 @@ def ensure_records(problem, data_dir: str, tmp_dir: str, datagen: bool, seed: in
     """The train manifest; when the records are absent and `datagen`, make them first with the problem's
     own generate_data (what textrain-datagen --problem=<task> runs)."""
     from textrain.framework.errors import UserError
-    from textrain.framework.problem import SettingsMismatchError
+    from textrain.framework.errors import SettingsMismatchError
 
     try:
         return problem.read_manifest(data_dir, "train")
@@ -340,7 +340,7 @@ def predict(strategy, model, problem, data_dir: str, model_dir: str, batch_size:
     of the task's predict splits that has records."""
     import tensorflow as tf
 
-    from textrain.framework import records
+    from textrain.framework import fileio
     from textrain.trainers.evaluation import eval_dataset_fn, evaluate
 
     splits = list(problem.predict_splits()) if hasattr(problem, "predict_splits") else ["test"]
@@ -359,8 +359,8 @@ def predict(strategy, model, problem, data_dir: str, model_dir: str, batch_size:
             continue
         tsv, jsonl = prediction_lines(result.outputs, labels)
         base = os.path.join(model_dir, f"predict_{split}")
-        records.write_text_atomic(base + ".tsv", tsv)
-        records.write_text_atomic(base + ".jsonl", jsonl)
+        fileio.write_text_atomic(base + ".tsv", tsv)
+        fileio.write_text_atomic(base + ".jsonl", jsonl)
         written[split] = base + ".tsv"
         log.info("wrote %s.tsv / .jsonl (%d examples)", base, tsv.count("\n"))
     del tf
@@ -394,10 +394,10 @@ def write_operative_config(model_dir: str) -> None:
     """`{model_dir}/operative_config.gin` and a TensorBoard text summary of it."""
     import tensorflow as tf
 
-    from textrain.framework import records
+    from textrain.framework import fileio
 
     text = gin.operative_config_str()
-    records.write_text_atomic(os.path.join(model_dir, "operative_config.gin"), text)
+    fileio.write_text_atomic(os.path.join(model_dir, "operative_config.gin"), text)
     writer = tf.summary.create_file_writer(os.path.join(model_dir, "train"))
     with writer.as_default(step=0):
         md = "\n".join("    " + line for line in text.splitlines())  # code block in TensorBoard's markdown

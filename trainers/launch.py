@@ -12,7 +12,7 @@ Decisions:
   built; a mismatch is refused naming both values. For data made per host (XLNet's `bsz_per_host`), the
   per-worker batch must equal it.
 - A flag/data mismatch found while building (e.g. XLNet's per-core batch layout, raised as
-  `framework.problem.SettingsMismatchError` by the problem's `dataset`) also ends as one line
+  `framework.errors.SettingsMismatchError` by the problem's `dataset`) also ends as one line
   (`framework.errors.UserError`), never a traceback.
 - Data seed. With `--seed` the input pipeline uses it. Without `--seed` a seed is drawn once per run and
   input pipeline and recorded in `{model_dir}/data_seed-{pipeline}.txt` (temp name, then rename); a
@@ -76,8 +76,9 @@ def model_builder(model_cls: type) -> Callable[[Any, dict], Any]:
 
 def check_run_settings(manifest: dict, hparams_cls: type, num_input_pipelines: int) -> None:
     """Refuse command-line settings that disagree with how the data was made."""
+    from textrain.framework.errors import SettingsMismatchError
     from textrain.framework.flags import given_flags
-    from textrain.framework.problem import SettingsMismatchError, check_settings
+    from textrain.framework.manifests import check_settings
 
     names = {f.name for f in dataclasses.fields(hparams_cls)} if dataclasses.is_dataclass(hparams_cls) else set()
     names |= set(SHARED_SETTINGS)
@@ -188,7 +189,8 @@ def run_training(prog: str, strategy, *, data_params: dict | None = None,
     import tensorflow as tf
 
     from textrain.framework import errors, registry
-    from textrain.framework.problem import DataParams, ModeKeys, SettingsMismatchError
+    from textrain.framework.errors import SettingsMismatchError
+    from textrain.framework.problem import DataParams, ModeKeys
     from textrain.trainers import core
 
     logging.getLogger("textrain").setLevel(logging.INFO)
