@@ -98,8 +98,8 @@ def record_statistics(files: list[str], max_seq_length: int, mask_id: int, limit
 
 
 def compare_statistics(args, vocab_file: str, original_file: str, ours_dir: str) -> None:
-    from textrain.framework import text_encoders
-    mask_id = text_encoders.load_wordpiece_vocab(vocab_file)["[MASK]"]
+    from textrain.framework import encoders
+    mask_id = encoders.load_wordpiece_vocab(vocab_file)["[MASK]"]
     ours_files = sorted(glob.glob(os.path.join(ours_dir, "bert_pretrain", "*.tfrecord")))
     a = record_statistics([original_file], args.max_seq_length, mask_id)
     b = record_statistics(ours_files, args.max_seq_length, mask_id)
@@ -112,8 +112,8 @@ def compare_statistics(args, vocab_file: str, original_file: str, ours_dir: str)
 # inputs
 # ----------------------------------------------------------------------------------------------- #
 def corpus_tokens(corpus_path: str, vocab_file: str) -> int:
-    from textrain.framework import corpus, text_encoders
-    encoder = text_encoders.WordpieceEncoder(vocab_file)
+    from textrain.framework import corpus, encoders
+    encoder = encoders.WordpieceEncoder(vocab_file)
     return sum(int(encoder.encode_flat(doc)[1].sum()) for doc in corpus.read_documents(corpus_path))
 
 

@@ -23,7 +23,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from textrain.framework import fileio, manifests, text_encoders
+from textrain.framework import encoders, fileio, manifests
 from textrain.framework.errors import UserError
 from textrain.framework.lazy_tf import tf
 from textrain.framework.problem import DataParams, ModeKeys
@@ -51,16 +51,16 @@ def tokenizer_file(hparams) -> tuple[str, str]:
     return flag, path
 
 
-def pretrained_encoder(hparams) -> text_encoders.WordpieceEncoder | text_encoders.SentencePieceEncoder:
+def pretrained_encoder(hparams) -> encoders.WordpieceEncoder | encoders.SentencePieceEncoder:
     """The PRETRAINED model's tokenizer that every task problem encodes with (see `tokenizer_file`),
     with `do_lower_case` (WordPiece) or `uncased` (SentencePiece). An unusable file is a UserError naming
     the flag."""
     flag, path = tokenizer_file(hparams)
     try:
         if flag == "sp_model":
-            return text_encoders.SentencePieceEncoder(path, uncased=hparams.uncased)
-        encoder = text_encoders.WordpieceEncoder(path, do_lower_case=hparams.do_lower_case)
-    except text_encoders.EncoderError as e:
+            return encoders.SentencePieceEncoder(path, uncased=hparams.uncased)
+        encoder = encoders.WordpieceEncoder(path, do_lower_case=hparams.do_lower_case)
+    except encoders.EncoderError as e:
         raise UserError(f"--{flag}: {e}") from None
     missing = [t for t in ("[CLS]", "[SEP]") if t not in encoder.special_ids]
     if missing:

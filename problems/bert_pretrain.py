@@ -63,7 +63,7 @@ Decisions that differ from the original, on purpose:
   floor((i + 1) f) > floor(i f), i.e. exactly floor(N f) documents spread evenly; default 0 (train only,
   as the original).
 - Vocabulary: `vocab_file=""` builds a WordPiece vocab of at most `vocab_size` tokens from the input
-  (framework.text_encoders.build_wordpiece_vocab) into `{data_dir}/bert_pretrain/vocab.txt`, reused on
+  (framework.encoders.build_wordpiece_vocab) into `{data_dir}/bert_pretrain/vocab.txt`, reused on
   re-runs. The manifest records the real size and the vocab's sha256.
 
 Speed (issue #12; benchmarks/bench_bert_datagen.py, figures in benchmarks/README.md). The shards are

@@ -81,7 +81,7 @@ from typing import ClassVar, Iterator, Sequence
 import numpy as np
 from absl import logging
 
-from textrain.framework import corpus, fileio, metrics, text_encoders
+from textrain.framework import corpus, encoders, fileio, metrics
 from textrain.framework.errors import UserError
 from textrain.framework.lazy_tf import tf
 from textrain.framework.problem import DatasetSplit, Problem
@@ -127,8 +127,8 @@ def bert_layout(ids_a: Sequence[int], ids_b: Sequence[int] | None, max_seq_lengt
 
 
 def xlnet_layout(ids_a: Sequence[int], ids_b: Sequence[int] | None, max_seq_length: int,
-                 cls_id: int = text_encoders.XLNET_SPECIAL_IDS["<cls>"],
-                 sep_id: int = text_encoders.XLNET_SPECIAL_IDS["<sep>"]) -> dict[str, list]:
+                 cls_id: int = encoders.XLNET_SPECIAL_IDS["<cls>"],
+                 sep_id: int = encoders.XLNET_SPECIAL_IDS["<sep>"]) -> dict[str, list]:
     """`A <sep> B <sep> <cls>`, LEFT-padded with id 0; float input_mask 1 = padding, 0 = real."""
     a, b = _truncate(ids_a, ids_b, max_seq_length)
     input_ids = a + [sep_id]

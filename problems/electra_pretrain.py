@@ -32,7 +32,7 @@ Decisions that differ from the original, on purpose:
   give byte-identical shards whatever the number of workers.
 - Splits: with `dev_fraction` f > 0, exactly floor(N f) documents, spread evenly, form the dev split (bert_pretrain's
   rule); the original has no held-out split, and f = 0 (the default) makes none.
-- `strip_accents=False` with lower-casing needs an encoder option framework.text_encoders does not offer (it always
+- `strip_accents=False` with lower-casing needs an encoder option framework.encoders does not offer (it always
   strips when lower-casing, as BERT does); that combination is refused up front rather than silently ignored.
 - The manifest records the vocab's real size, its sha256, and the ids of [PAD] [CLS] [SEP] [MASK]: the model masks
   in the graph and reads them from there (a vocab built here has them at 0-4, Google's at 0/101/102/103).
@@ -59,7 +59,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 import numpy as np
 from absl import logging
 
-from textrain.framework import corpus, records, text_encoders, word_segmenters
+from textrain.framework import corpus, encoders, records, word_segmenters
 from textrain.framework.generator import shard_rng
 from textrain.framework.lazy_tf import tf
 from textrain.framework.problem import DatasetSplit, ModeKeys
@@ -506,7 +506,7 @@ class ElectraPretrainHParams:
              "--word_segmenter only decides the groups of whole-word masking: add --do_whole_word_mask"),
             # WordpieceEncoder always strips accents when lower-casing (BERT's BasicTokenizer does).
             (self.strip_accents or not self.do_lower_case,
-             "--nostrip_accents with --do_lower_case is not supported by framework.text_encoders."
+             "--nostrip_accents with --do_lower_case is not supported by framework.encoders."
              "WordpieceEncoder (it always strips accents when lower-casing, as BERT's tokenizer)"),
         ]
         for ok, message in checks:

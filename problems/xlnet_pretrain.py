@@ -77,7 +77,7 @@ from typing import Callable, Iterable, Iterator, Sequence
 import numpy as np
 from absl import logging
 
-from textrain.framework import corpus, fileio, records, text_encoders
+from textrain.framework import corpus, encoders, fileio, records
 from textrain.framework.errors import SettingsMismatchError
 from textrain.framework.generator import shard_np_rng
 from textrain.framework.lazy_tf import tf
@@ -86,7 +86,7 @@ from textrain.framework.problem import DataParams, DatasetSplit, Problem
 from textrain.framework.registry import register_problem
 from textrain.framework.settings import help_text
 
-SPECIAL_IDS = text_encoders.XLNET_SPECIAL_IDS
+SPECIAL_IDS = encoders.XLNET_SPECIAL_IDS
 SEP_ID = SPECIAL_IDS["<sep>"]
 CLS_ID = SPECIAL_IDS["<cls>"]
 EOD_ID = SPECIAL_IDS["<eod>"]
@@ -769,7 +769,7 @@ class XlnetPretrain(Problem):
     def __init__(self, hparams: XlnetPretrainHParams | None = None):
         super().__init__(hparams)
         validate_hparams(self.hparams)
-        self._encoders: dict[str, text_encoders.SentencePieceEncoder] = {}
+        self._encoders: dict[str, encoders.SentencePieceEncoder] = {}
         self._start_tables: dict[str, np.ndarray] = {}
 
     # ---------------------------------------------------------------- vocabulary
@@ -788,17 +788,17 @@ class XlnetPretrain(Problem):
             return
         fileio.makedirs(os.path.dirname(path))
         logging.info("training a %d-piece SentencePiece model into %s", self.hparams.vocab_size, path)
-        text_encoders.train_sentencepiece(
+        encoders.train_sentencepiece(
             corpus.expand_paths(self.hparams.input_file), path[:-len(".model")],
             vocab_size=self.hparams.vocab_size, hard_vocab_limit=False)  # small corpora: fewer pieces
 
-    def encoder(self, data_dir: str) -> text_encoders.SentencePieceEncoder:
+    def encoder(self, data_dir: str) -> encoders.SentencePieceEncoder:
         path = self.sp_model_path(data_dir)
         if path not in self._encoders:
             if not fileio.exists(path):
                 raise FileNotFoundError(f"SentencePiece model {path} does not exist: pass --sp_model or "
                                         f"run datagen (which trains one) first")
-            self._encoders[path] = text_encoders.SentencePieceEncoder(path, uncased=self.hparams.uncased)
+            self._encoders[path] = encoders.SentencePieceEncoder(path, uncased=self.hparams.uncased)
         return self._encoders[path]
 
     def feature_encoders(self, data_dir: str) -> dict:

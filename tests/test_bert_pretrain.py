@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from textrain.framework import corpus, records, registry, text_encoders
+from textrain.framework import corpus, encoders, records, registry
 from textrain.framework.problem import DataParams, ModeKeys
 from textrain.framework.text_problems import is_dev_document
 from textrain.framework.truncation import truncate_seq_pair
@@ -34,12 +34,12 @@ PREDS = 10
 @pytest.fixture(scope="module")
 def vocab_file(tmp_path_factory) -> str:
     path = str(tmp_path_factory.mktemp("vocab") / "vocab.txt")
-    return text_encoders.build_wordpiece_vocab(EMMA, vocab_size=1500, out_file=path)
+    return encoders.build_wordpiece_vocab(EMMA, vocab_size=1500, out_file=path)
 
 
 @pytest.fixture(scope="module")
 def encoder(vocab_file):
-    return text_encoders.WordpieceEncoder(vocab_file)
+    return encoders.WordpieceEncoder(vocab_file)
 
 
 @pytest.fixture(scope="module")
@@ -516,7 +516,7 @@ def test_through_the_driver(vocab_file, tmp_path):
     vocab_lines = open(vocab_path).read().split()
     settings = manifest["settings"]
     assert settings["vocab_size"] == len(vocab_lines) <= 800
-    assert settings["vocab_fingerprint"] == text_encoders.sha256_of_file(vocab_path)
+    assert settings["vocab_fingerprint"] == encoders.sha256_of_file(vocab_path)
     for key in ("max_seq_length", "max_predictions_per_seq", "do_lower_case", "do_whole_word_mask",
                 "masked_lm_prob", "dupe_factor"):
         assert key in settings

@@ -236,9 +236,9 @@ def test_raw_text_path_makes_the_line_path_s_batches(emma_vocab):
     document_lines (stripped lines): texts whose lines start or end with characters str.strip removes
     (tab, form feed, \\x1c, \\x85, no-break and ideographic spaces, U+2028 / U+2029), blank lines, tiny
     groups and one big group."""
-    from textrain.framework import corpus, text_encoders
+    from textrain.framework import corpus, encoders
 
-    encoder = text_encoders.WordpieceEncoder(emma_vocab)
+    encoder = encoders.WordpieceEncoder(emma_vocab)
     rng = random.Random(7)
     odd = ["\t", "\x0c", "\x1c", "\x85", "\xa0", "\u3000", "\u2028", "\u2029", " ", ""]
     words = ["Emma", "said,", "Mr.", "Knightley", "(who", "was", "there)", "\u00e9t\u00e9", "--", "well"]

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from textrain.framework.encoders import WordpieceEncoder, bert_basic_tokenize, build_wordpiece_vocab
 from textrain.framework.graph_wordpiece import GraphWordpieceTokenizer, truncated_lengths
-from textrain.framework.text_encoders import WordpieceEncoder, bert_basic_tokenize, build_wordpiece_vocab
 from textrain.framework.truncation import truncate_seq_pair
 from textrain.problems.classification import bert_layout
 

@@ -12,8 +12,8 @@ import pytest
 import tensorflow as tf
 
 from textrain.framework import records
+from textrain.framework.encoders import train_sentencepiece
 from textrain.framework.problem import DataParams
-from textrain.framework.text_encoders import train_sentencepiece
 from textrain.problems import xlnet_pretrain as xp
 
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -127,7 +127,7 @@ def translate_lines(lines: Sequence[str], model: Any, input_encoder: Any, target
     """Translate `lines` (batched, sorted by length); one output string per line, in order."""
     import numpy as np
 
-    from textrain.framework.text_encoders import EOS_ID
+    from textrain.framework.encoders import EOS_ID
 
     encoded = []
     for line in lines:
