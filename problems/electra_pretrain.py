@@ -59,7 +59,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 import numpy as np
 from absl import logging
 
-from textrain.framework import corpus, encoders, records, word_segmenters
+from textrain.framework import corpus, records, word_segmenters
 from textrain.framework.generator import shard_rng
 from textrain.framework.lazy_tf import tf
 from textrain.framework.problem import DatasetSplit, ModeKeys
