@@ -3,16 +3,18 @@
 Every entry point (`textrain-datagen`, `textrain-train-gpu`, `textrain-train-tpu`, `textrain-finetune`,
 `textrain-decode`, ...) runs its absl `main` through `run_main(prog, main)`. Code anywhere below it
 raises `framework.errors.UserError` (or a subclass: CorpusError, RecordError, EncoderError,
-SettingsMismatchError, CheckpointMismatchError, ... are all UserErrors) for a failure the user can fix: a
-flag, a file, a setting. That ends as `<prog>: error: <message>` on stderr and a non-zero exit status, with no traceback.
+SettingsMismatchError, CheckpointMismatchError, ... are all UserErrors) for a failure the user can fix:
+a flag, a file, a setting. That ends as `<prog>: error: <message>` on stderr and a non-zero exit
+status, with no traceback.
 
 Decisions:
 - The place that knows the file raises the UserError naming it; `run_main` additionally turns the
   failure types that reach it from below without a name into one line (`explain`): TensorFlow's file
-  errors (DataLossError is explained with the shard file and offset through `tf_errors.explain_data_loss`
-  on the record files of the run, passed explicitly: by default those of --data_dir/--problem; NotFound / PermissionDenied / ResourceExhausted), OSError
-  with ENOSPC / EDQUOT / EFBIG / EACCES / EROFS / ENOENT, zlib.error / EOFError (corrupt compressed
-  input). Anything else is a bug and keeps its traceback.
+  errors (DataLossError is explained with the shard file and offset through
+  `tf_errors.explain_data_loss` on the record files of the run, passed explicitly: `run_main`'s
+  `record_files`, by default those of --data_dir/--problem; NotFound / PermissionDenied /
+  ResourceExhausted), OSError with ENOSPC / EDQUOT / EFBIG / EACCES / EROFS / ENOENT, zlib.error /
+  EOFError (corrupt compressed input). Anything else is a bug and keeps its traceback.
 - Ctrl-C: the trainers save first (their SIGINT handler); a KeyboardInterrupt that still reaches here
   is one line and exit status 130 (128 + SIGINT), as a shell expects.
 - `TEXTRAIN_VERBOSE=1` or `--verbose` re-raises instead, so the traceback is there when wanted.

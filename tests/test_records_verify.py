@@ -64,6 +64,21 @@ def test_verify_shard_reads_every_record(toy, tmp_path):
     assert "holds" in shards.verify_shard(src, dict(entry, count=entry["count"] + 1, size=entry["size"])).message
 
 
+def test_damage_is_data_naming_each_shard_file(toy, tmp_path):
+    """What repair acts on is the file name of each damaged shard, not a message to parse."""
+    problem, data = toy
+    copy = str(tmp_path / "data")
+    subprocess.run(["cp", "-r", data, copy], check=True)
+    manifest = problem.read_manifest(copy, "train")
+    first, second = (os.path.join(problem.problem_dir(copy), s["file"]) for s in manifest["shards"][:2])
+    os.remove(first)
+    with open(second, "ab") as f:
+        f.write(b"x")
+    damage = manifests.check_split_files(problem.problem_dir(copy), manifest)
+    assert [d.file for d in damage] == [os.path.basename(first), os.path.basename(second)]
+    assert str(damage[0]).endswith("is missing") and "bytes, the manifest says" in str(damage[1])
+
+
 def test_temporary_names_are_per_writer_and_only_dead_writers_files_are_removed(tmp_path):
     mine = fileio.incomplete_path(str(tmp_path / "a.tfrecord"))
     assert mine.endswith(f"-{os.getpid()}.incomplete") and mine != fileio.incomplete_path(str(tmp_path / "b"))
