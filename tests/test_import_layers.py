@@ -7,7 +7,8 @@ cycle is a cycle all the same (it only moves the failure to run time). The rules
 - framework/errors.py imports the standard library only; framework/settings.py the standard library and
   errors (its SettingsError is a UserError): no absl, no registry, nothing else of the project;
 - framework/registry.py imports nothing of the project but errors (a plugin loader imports the built-ins
-  by name, `import_builtins`).
+  by name, `import_builtins`);
+- the Problem contract (framework/problem.py) imports neither absl flags, the CLI nor the registry.
 """
 from __future__ import annotations
 
@@ -185,3 +186,12 @@ def test_the_bottom_modules_import_nothing_above_them(module, allowed):
     assert project <= allowed, f"{module} imports {sorted(project - allowed)} of the project"
     others = {t for t in _imported_tops(module) if t not in sys.stdlib_module_names and t != PACKAGE}
     assert not others, f"{module} imports {sorted(others)} (the standard library only)"
+
+
+def test_the_problem_contract_imports_no_flags_cli_or_registry():
+    modules = library_modules()
+    module = "textrain.framework.problem"
+    reached = imported_modules(modules[module], module, set(modules))
+    above = {"textrain.framework.flags", "textrain.framework.cli", "textrain.framework.registry"}
+    assert not reached & above, f"{module} imports {sorted(reached & above)}"
+    assert not {base for base, _ in _imports(modules[module], module) if base.startswith("absl")}
