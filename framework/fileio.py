@@ -243,15 +243,25 @@ def remove_if_exists(path: str) -> None:
         remove(path)
 
 
-def write_text_atomic(path: str, text: str) -> None:
+def _write_atomic(path: str, data: str | bytes, mode: str) -> None:
     tmp = incomplete_path(path)
     try:
-        with open_file(tmp, "w") as f:
-            f.write(text)
+        with open_file(tmp, mode) as f:
+            f.write(data)
         rename(tmp, path, overwrite=True)
     except BaseException:
         remove_if_exists(tmp)
         raise
+
+
+def write_text_atomic(path: str, text: str) -> None:
+    """Write `text` (UTF-8) under a temporary name, then rename it to `path`."""
+    _write_atomic(path, text, "w")
+
+
+def write_bytes_atomic(path: str, data: bytes) -> None:
+    """Write `data` under a temporary name, then rename it to `path`."""
+    _write_atomic(path, data, "wb")
 
 
 def write_json_atomic(path: str, obj: Any) -> None:

@@ -919,7 +919,4 @@ def check_batch_layout(hp: XlnetPretrainHParams, batch_size: int,
 
 
 def _write_json(path: str, obj: dict) -> None:
-    tmp = path + ".incomplete"
-    with fileio.open_file(tmp, "w") as f:
-        json.dump(obj, f)
-    fileio.rename(tmp, path, overwrite=True)
+    fileio.write_text_atomic(path, json.dumps(obj))  # json.dump's bytes: the original reader's format

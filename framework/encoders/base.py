@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import uuid
 from typing import Iterable, Iterator, Protocol, Sequence, runtime_checkable
 
 from textrain.framework import fileio
@@ -71,18 +70,11 @@ def sha256_of_file(path: str) -> str:
 
 
 def atomic_write(path: str, data: bytes) -> None:
-    """Write to a unique temporary name next to `path`, then rename over it."""
+    """Write to a temporary name next to `path` (its directory made if needed), then rename over it."""
     parent = os.path.dirname(path)
     if parent and not fileio.exists(parent):
         fileio.makedirs(parent)
-    tmp = f"{path}.incomplete-{uuid.uuid4().hex[:8]}"
-    try:
-        with fileio.open_file(tmp, "wb") as f:
-            f.write(data)
-        fileio.rename(tmp, path, overwrite=True)
-    finally:
-        if fileio.exists(tmp):
-            fileio.remove(tmp)
+    fileio.write_bytes_atomic(path, data)
 
 
 def iter_text_lines(inputs: str | Sequence[str] | Iterable[str]) -> Iterator[str]:
