@@ -465,7 +465,7 @@ def vocab_from_manifest(manifest: dict | None) -> tuple[int, int, bool]:
 
 def build_from_flags(flags: Any, manifest: dict | None) -> Transformer:
     """The `transformer` model the trainers and textrain-decode build by name (docs/CONTRACTS.md)."""
-    from textrain.framework.cli import UserError
+    from textrain.framework.errors import UserError
 
     try:
         hp = hparams_from_flags(flags)

@@ -581,7 +581,7 @@ def check_against_manifest(config: XLNetConfig, flags, manifest: dict | None) ->
     num_predict), and a vocabulary larger than the model's."""
     if not manifest:
         return
-    from textrain.framework.problem import check_settings
+    from textrain.framework.manifests import check_settings
 
     expected = {"reuse_len": config.reuse_len or None, "bi_data": config.bi_data}
     for key in ("seq_len", "num_predict"):

@@ -27,14 +27,13 @@ Decisions:
 - The operative config (every value the run used, defaults included) goes to
   `{model_dir}/operative_config.gin` and to TensorBoard as text (`{model_dir}/train`).
 - A misspelled binding or configurable, a missing required value, an unknown problem setting or model
-  name: one line `textrain-finetune: error: ...` naming it (framework.cli.UserError).
+  name: one line `textrain-finetune: error: ...` naming it (framework.errors.UserError).
 """
 from __future__ import annotations
 
 import dataclasses
 import json
 import logging
-import math
 import os
 import sys
 from typing import Any
@@ -126,7 +125,7 @@ def finetune(
       single fields replaced, e.g. {'num_hidden_layers': 2}).
     layerwise_lr_decay: ELECTRA's layer-wise LR decay (0.8 in its configs; 1 = off).
     """
-    from textrain.framework import cli, registry
+    from textrain.framework import errors, registry
 
     _check_choice("precision", precision, ("fp32", "bf16", "fp16"))
     _check_choice("optimizer", optimizer, ("adamw", "adam", "lamb"))
@@ -157,8 +156,8 @@ def finetune(
     if num_train_steps is None:
         num_train_steps = int(train_examples / train_batch_size * num_train_epochs)
     if num_train_steps <= 0:
-        raise cli.UserError(f"finetune.num_train_steps is {num_train_steps} ({train_examples} train examples, "
-                            f"batch {train_batch_size}, {num_train_epochs} epochs): bind a positive value")
+        raise errors.UserError(f"finetune.num_train_steps is {num_train_steps} ({train_examples} train examples, "
+                               f"batch {train_batch_size}, {num_train_epochs} epochs): bind a positive value")
     num_warmup_steps = int(num_train_steps * warmup_proportion)
 
     def model_fn():
@@ -167,7 +166,7 @@ def finetune(
                                            config_file=model_config_file, overrides=model_overrides,
                                            manifest=manifest, task_name=task)
         except (ValueError, TypeError) as e:
-            raise cli.UserError(f"finetune.model={model!r}: {e}") from None
+            raise errors.UserError(f"finetune.model={model!r}: {e}") from None
 
     built: dict[str, Any] = {}
 
@@ -199,7 +198,7 @@ def finetune(
     try:
         trainer = core.Trainer(dist, keep_model, optimizer_fn, train_dataset_fn, config)
     except (ValueError, FileNotFoundError) as e:
-        raise cli.UserError(str(e)) from None
+        raise errors.UserError(str(e)) from None
     model_obj = trainer.model
     summary: dict[str, Any] = {"num_train_steps": num_train_steps, "num_warmup_steps": num_warmup_steps,
                                "train_examples": train_examples, "num_labels": num_labels, "task_type": task_type}
@@ -238,7 +237,7 @@ def finetune(
 
 # ------------------------------------------------------------------------------------------ pieces
 def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
-    from textrain.framework.cli import UserError
+    from textrain.framework.errors import UserError
 
     if value not in choices:
         raise UserError(f"finetune.{name}={value!r}: use one of {', '.join(choices)}")
@@ -246,7 +245,7 @@ def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
 
 def _model_class(name: str) -> type:
     from textrain.framework import registry
-    from textrain.framework.cli import UserError
+    from textrain.framework.errors import UserError
 
     try:
         cls = registry.models.get(name)
@@ -264,7 +263,7 @@ def build_problem(task: str, hparams: dict, shared: dict | None = None):
     `shared`: run-level values (tokenizer, vocab_file, max_seq_length ...) given to the problem when its
     settings have that name and the value is not None; `hparams` (finetune.problem_hparams) win."""
     from textrain.framework import registry
-    from textrain.framework.cli import UserError
+    from textrain.framework.errors import UserError
 
     try:
         cls = registry.problems.get(task)
@@ -290,8 +289,8 @@ def _problem_seq_length(problem) -> int:
 def ensure_records(problem, data_dir: str, tmp_dir: str, datagen: bool, seed: int | None) -> dict:
     """The train manifest; when the records are absent and `datagen`, make them first with the problem's
     own generate_data (what textrain-datagen --problem=<task> runs)."""
-    from textrain.framework.cli import UserError
-    from textrain.framework.problem import SettingsMismatchError
+    from textrain.framework.errors import UserError
+    from textrain.framework.errors import SettingsMismatchError
 
     try:
         return problem.read_manifest(data_dir, "train")
@@ -310,10 +309,10 @@ def write_operative_config(model_dir: str) -> None:
     """`{model_dir}/operative_config.gin` and a TensorBoard text summary of it."""
     import tensorflow as tf
 
-    from textrain.framework import records
+    from textrain.framework import fileio
 
     text = gin.operative_config_str()
-    records.write_text_atomic(os.path.join(model_dir, "operative_config.gin"), text)
+    fileio.write_text_atomic(os.path.join(model_dir, "operative_config.gin"), text)
     writer = tf.summary.create_file_writer(os.path.join(model_dir, "train"))
     with writer.as_default(step=0):
         md = "\n".join("    " + line for line in text.splitlines())  # code block in TensorBoard's markdown
@@ -328,7 +327,7 @@ flags.DEFINE_multi_string("gin_param", [], "Gin binding(s), e.g. \"finetune.lear
 
 def parse_gin(files: list[str], params: list[str]) -> None:
     """Parse the configs; a bad binding or file is one UserError line naming it."""
-    from textrain.framework.cli import UserError
+    from textrain.framework.errors import UserError
 
     _register_gin_tf_io()
     gin.add_config_file_search_path(REPO_CONFIGS)
@@ -348,7 +347,7 @@ def _one_line(error: Exception) -> str:
 
 def main(argv: list[str]) -> None:
     from textrain.framework import registry
-    from textrain.framework.cli import UserError
+    from textrain.framework.errors import UserError
 
     if len(argv) > 1:
         raise UserError(f"unexpected arguments {argv[1:]}: configure with --gin_file / --gin_param")

@@ -6,7 +6,7 @@ hyper-parameter that framework/flags.py defines from the problems' HParams datac
 `max_predictions_per_seq`, `seq_len`, `reuse_len`, `bi_data`, `num_predict`, `perm_size`, `mask_alpha`,
 `mask_beta`, `uncased`, `num_core_per_host`, `vocab_size`): one flag serves both, whichever module defines
 it first. That is the point: the trainer passes the value to the problem AND checks it against the data
-manifest (framework.problem.check_settings), refusing a mismatch with both values named. Such shared
+manifest (framework.manifests.check_settings), refusing a mismatch with both values named. Such shared
 flags default to None here ("not given": the problem's default, the manifest or the model preset
 decides), so the two definitions can never disagree on a default or a type.
 

@@ -12,8 +12,8 @@ Decisions:
   built; a mismatch is refused naming both values. For data made per host (XLNet's `bsz_per_host`), the
   per-worker batch must equal it.
 - A flag/data mismatch found while building (e.g. XLNet's per-core batch layout, raised as
-  `framework.problem.SettingsMismatchError` by the problem's `dataset`) also ends as one line
-  (`framework.cli.UserError`), never a traceback.
+  `framework.errors.SettingsMismatchError` by the problem's `dataset`) also ends as one line
+  (`framework.errors.UserError`), never a traceback.
 - Data seed. With `--seed` the input pipeline uses it. Without `--seed` a seed is drawn once per run and
   input pipeline and recorded in `{model_dir}/data_seed-{pipeline}.txt` (temp name, then rename); a
   resumed run reads it back, so it continues the very same stream (XLNet's parse-time permutations,
@@ -76,8 +76,9 @@ def model_builder(model_cls: type) -> Callable[[Any, dict], Any]:
 
 def check_run_settings(manifest: dict, hparams_cls: type, num_input_pipelines: int) -> None:
     """Refuse command-line settings that disagree with how the data was made."""
+    from textrain.framework.errors import SettingsMismatchError
     from textrain.framework.flags import given_flags
-    from textrain.framework.problem import SettingsMismatchError, check_settings
+    from textrain.framework.manifests import check_settings
 
     names = {f.name for f in dataclasses.fields(hparams_cls)} if dataclasses.is_dataclass(hparams_cls) else set()
     names |= set(SHARED_SETTINGS)
@@ -183,12 +184,13 @@ def run_training(prog: str, strategy, *, data_params: dict | None = None,
     data_params: extra framework.problem.DataParams fields (train_tpu: fixed shapes, drop_remainder);
     config_overrides: TrainConfig fields the CLI decides (train_tpu: input_mode, jit_compile);
     check_dataset(ds): called on each input pipeline's dataset (train_tpu: static shapes).
-    Exits 143 after SIGTERM; user errors are raised as framework.cli.UserError.
+    Exits 143 after SIGTERM; user errors are raised as framework.errors.UserError.
     """
     import tensorflow as tf
 
-    from textrain.framework import cli, registry
-    from textrain.framework.problem import DataParams, ModeKeys, SettingsMismatchError
+    from textrain.framework import errors, registry
+    from textrain.framework.errors import SettingsMismatchError
+    from textrain.framework.problem import DataParams, ModeKeys
     from textrain.trainers import core
 
     logging.getLogger("textrain").setLevel(logging.INFO)
@@ -204,12 +206,12 @@ def run_training(prog: str, strategy, *, data_params: dict | None = None,
         check_run_settings(manifest, problem_cls.HParams, context.num_input_pipelines)
         problem = problem_cls(problem_hparams_for_training(problem_cls, manifest))
     except ValueError as e:
-        raise cli.UserError(str(e)) from None
+        raise errors.UserError(str(e)) from None
     model_cls = registry.models.get(FLAGS.model)
     try:
         apply_model_flag_defaults(model_cls)
     except ValueError as e:
-        raise cli.UserError(str(e)) from None
+        raise errors.UserError(str(e)) from None
     build = model_builder(model_cls)
     # The reading knobs: batch (examples, or tokens with --batching=tokens), max_length, batching.
     reading = dict(batch_size=FLAGS.train_batch_size, max_length=FLAGS.max_length or 0, batching=FLAGS.batching,
@@ -232,12 +234,12 @@ def run_training(prog: str, strategy, *, data_params: dict | None = None,
         try:
             problem.read_manifest(FLAGS.data_dir, "dev")
         except FileNotFoundError as e:
-            raise cli.UserError(f"--do_eval: {e} (pretraining problems make it with --dev_fraction > 0)") from None
+            raise errors.UserError(f"--do_eval: {e} (pretraining problems make it with --dev_fraction > 0)") from None
     try:
         trainer = core.Trainer(strategy, model_fn, lambda: optimizer_from_flags(built["model"]), dataset_fn,
                                train_config_from_flags(**(config_overrides or {})))
     except SettingsMismatchError as e:  # the data's layout vs this run (found while building the input)
-        raise cli.UserError(str(e)) from None
+        raise errors.UserError(str(e)) from None
     result = trainer.train() if FLAGS.do_train else None
     if FLAGS.do_eval and not (result is not None and result.preempted):
         # run_pretraining.py --do_eval: the model's own metrics on the dev split, through the one eval loop.
