@@ -419,4 +419,7 @@ def run() -> None:
 
 
 if __name__ == "__main__":
+    # `python -m textrain.trainers.finetune`: this module is also the package's, so an import of it
+    # (trainers/run.py's, until the eval helpers have moved) does not define its flags and configurable twice.
+    sys.modules.setdefault("textrain.trainers.finetune", sys.modules[__name__])
     run()
