@@ -158,10 +158,9 @@ def run(spec: RunSpec, strategy=None, *, check_dataset: Callable[[Any], None] | 
     import tensorflow as tf
 
     from textrain.framework.cli import UserError
-    from textrain.framework.problem import DataParams, ModeKeys, SettingsMismatchError
+    from textrain.framework.problem import DataParams, ModeKeys
     from textrain.trainers import core
 
-    evaluation = _evaluation()
     logging.getLogger("textrain").setLevel(logging.INFO)
     strategy = strategy if strategy is not None else make_strategy(spec.strategy)
     if spec.seed is not None:
@@ -192,11 +191,9 @@ def run(spec: RunSpec, strategy=None, *, check_dataset: Callable[[Any], None] | 
     try:
         trainer = core.Trainer(strategy, model_fn, lambda: build_optimizer(spec, built["model"]), dataset_fn,
                                spec.train)
-    except SettingsMismatchError as e:  # the data's layout vs this run (found while building the input)
-        raise UserError(str(e)) from None
+    except UserError:  # SettingsMismatchError: the data's layout vs this run (found while building the input)
+        raise
     except (ValueError, FileNotFoundError) as e:
-        if isinstance(e, UserError):
-            raise
         raise UserError(str(e)) from None
     evaluator = _evaluator(spec, strategy, trainer, problem) if spec.eval.enabled else None
     result = RunResult(step=int(trainer.step.numpy()))
@@ -210,6 +207,7 @@ def run(spec: RunSpec, strategy=None, *, check_dataset: Callable[[Any], None] | 
             evaluator.run(result.step)
         result.eval = {s: h[-1] for s, h in evaluator.history.items() if h}
         result.best = evaluator.best
+    evaluation = _evaluation() if spec.predict.enabled or spec.export.enabled else None
     if spec.predict.enabled:
         result.predict = evaluation.predict(strategy, trainer.model, problem, spec.data_dir, spec.model_dir,
                                             spec.predict.batch_size)
