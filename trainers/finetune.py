@@ -8,6 +8,10 @@ One configurable, `finetune`, holds everything a run needs (every argument of `f
 binding); configs/ has a base file per model family and size and one per task, combined with gin's
 `include` or several --gin_file flags (later files and --gin_param override earlier ones).
 
+`finetune()` only translates the bindings into a `trainers.run_spec.RunSpec` (resolving what depends on
+the data: records made if absent, label count, step count) and hands it to `trainers.run.run`, the one
+function every trainer CLI ends in.
+
 What a run does, in order: registers the built-ins (and `usr_dir`); builds the task problem with
 `problem_hparams` (+ `max_seq_length`); runs the problem's own `generate_data` when its records are
 absent (`datagen=True`: one command for the user; textrain-datagen --problem=<task> makes the same
