@@ -137,3 +137,22 @@ def test_finetune_spec_equals_the_finetune_cli(tmp_path, tsv_task):
         assert result.eval["dev"][metric] == pytest.approx(cli["eval"]["dev"][metric], rel=1e-5)
     assert result.best["metric"] == "accuracy"
     _same_weights(cli_dir, spec_dir)
+
+
+def test_flags_map_to_model_settings_by_one_adapter():
+    """trainers/flags.model_settings_from_flags: set flags only, --model_size as `size`, the config-file flag
+    given as `config_file`; every registered model takes the result through its one constructor."""
+    import types
+
+    from textrain.framework import registry
+    from textrain.models.base import TrainableModel
+    from textrain.trainers.flags import model_settings_from_flags
+
+    flags = types.SimpleNamespace(model_size="tiny", bert_config_file=None, electra_config_file="e.json",
+                                  mask_prob=None, disc_weight=20.0, n_layer=2, hparams="")
+    assert model_settings_from_flags(flags) == {"size": "tiny", "config_file": "e.json", "disc_weight": 20.0,
+                                                "n_layer": 2, "hparams": ""}
+    registry.import_builtins()
+    for name in registry.models.names():
+        cls = registry.models.get(name)
+        assert issubclass(cls, TrainableModel) and "from_settings" in vars(cls), name
