@@ -88,9 +88,9 @@ class FaultToyModel(TrainableModel):
             total += tf.sqrt(tf.reduce_sum(self.out.kernel))
         return StepOutput({"ce": Term(total, tf.cast(tf.size(ce), tf.float32))}, {}, state)
 
-
-def build_from_flags(flags, manifest):
-    return FaultToyModel(int(os.environ.get("FAULT_LAYERS", "1")), int(os.environ.get("FAULT_WIDTH", "8")))
+    @classmethod
+    def from_settings(cls, *, manifest=None, **settings):
+        return cls(int(os.environ.get("FAULT_LAYERS", "1")), int(os.environ.get("FAULT_WIDTH", "8")))
 '''
 
 

@@ -238,9 +238,9 @@ def _main_in_process(monkeypatch, tmp_path, data_dir: str, *extra: str):
     """textrain.trainers.train_gpu.main on these flags, with this file's strategies (one MirroredStrategy per process)."""
     from absl import flags
 
-    from textrain.trainers import train_gpu
+    from textrain.trainers import launch, train_gpu
 
-    train_gpu.define_all_flags([])
+    launch.define_all_flags([])
     monkeypatch.setattr(core, "make_strategy",
                         lambda kind="auto", num_gpus=0, **_: two_replicas() if num_gpus > 1 else one_device())
     argv = ["textrain-train-gpu", "--problem=xlnet_pretrain", f"--data_dir={data_dir}", "--model=xlnet",

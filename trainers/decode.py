@@ -161,7 +161,9 @@ def main(argv: list[str]) -> None:
     if missing:
         raise app.UsageError(f"missing required flag(s): {', '.join(missing)}")
     from textrain.framework import bleu, errors, registry
-    from textrain.trainers.train_gpu import model_builder, problem_hparams_for_training
+    from textrain.trainers.flags import model_settings_from_flags
+    from textrain.trainers.launch import problem_hparams_for_training
+    from textrain.trainers.run import build_model
 
     problem_cls = registry.problems.get(FLAGS.problem)
     try:
@@ -172,8 +174,7 @@ def main(argv: list[str]) -> None:
         raise errors.UserError(str(e)) from None
     if "inputs" not in encoders or "targets" not in encoders:
         raise errors.UserError(f"--problem={FLAGS.problem} is not a Text2Text problem (no inputs/targets encoders)")
-    model_cls = registry.models.get(FLAGS.model)
-    model = model_builder(model_cls)(FLAGS, manifest)
+    model = build_model(FLAGS.model, model_settings_from_flags(FLAGS), manifest)  # as the trainer built it
     if not hasattr(model, "infer"):
         raise errors.UserError(f"--model={FLAGS.model} cannot decode (it has no infer method)")
     path = resolve_checkpoint(FLAGS.checkpoint_path, FLAGS.model_dir)

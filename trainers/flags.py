@@ -203,3 +203,29 @@ def define_trainer_flags() -> None:
 
 def flag_names() -> list[str]:
     return [entry[1] for group in ALL_FLAG_GROUPS for entry in group]
+
+
+# ------------------------------------------------------------------------- flags -> model settings
+# The config-file flag of each family (a run gives the one of its model): the setting `config_file`.
+CONFIG_FILE_FLAGS = ("electra_config_file", "bert_config_file", "model_config_path")
+# Flags that are model settings under their own (the originals') names; `--model_size` is `size`.
+MODEL_SETTING_FLAGS = tuple(
+    [entry[1] for group in (_XLNET_FLAGS, _ELECTRA_FLAGS) for entry in group
+     if entry[1] not in CONFIG_FILE_FLAGS + ("model_size",)] + ["hparams_set", "hparams"])
+
+
+def model_settings_from_flags(values: Any) -> dict[str, Any]:
+    """THE adapter from trainer flags to the keyword settings of a model's one constructor
+    (`from_settings`, models/base.py): every model flag that is set (not None) under its name,
+    `--model_size` as `size`, the config-file flag given as `config_file`. `values` is FLAGS (or any
+    object with those attributes). Which settings a model reads is the model's business."""
+    def value(name: str) -> Any:
+        return getattr(values, name, None)
+
+    settings = {name: value(name) for name in MODEL_SETTING_FLAGS if value(name) is not None}
+    if value("model_size") is not None:
+        settings["size"] = value("model_size")
+    config_file = next((value(n) for n in CONFIG_FILE_FLAGS if value(n)), None)
+    if config_file:
+        settings["config_file"] = config_file
+    return settings

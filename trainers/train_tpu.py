@@ -24,8 +24,8 @@ TF 2.21 ships no Estimator; what TPUEstimator users rely on is kept, everything 
   `--init_checkpoint` (or `--bert_config_file`...) is refused up front with one line naming the flag.
 - `--num_hosts`/`--num_core_per_host` are checked against the TPU the resolver found.
 - Resume: the distributed input iterator cannot be checkpointed in TF 2.21; a resumed run skips the
-  batches already consumed, exact because the input seed is fixed per run (trainers/launch.py data_seed).
-- `--do_eval`/`--max_eval_steps`: defined; the eval loop is wired at the one call site in launch.py.
+  batches already consumed, exact because the input seed is fixed per run (trainers/run.py data_seed).
+- `--do_eval`/`--max_eval_steps`: defined; the eval loop is wired in trainers/run.py.
 - Exit status: 0 done, 143 after SIGTERM (checkpoint saved), 1 with one line for a user error.
 """
 from __future__ import annotations
@@ -79,9 +79,11 @@ def make_tpu_strategy():
     if FLAGS.num_hosts != 1:
         raise errors.UserError(f"--num_hosts={FLAGS.num_hosts} needs --use_tpu (several GPU machines: "
                                f"textrain-train-gpu --strategy=multi_worker)")
+    from textrain.trainers.run import make_strategy
+    from textrain.trainers.run_spec import StrategySpec
+
     n = local_replicas()
-    launch.split_cpu_for_replicas(n)
-    return core.make_strategy("mirrored" if n > 1 else "one_device", n)
+    return make_strategy(StrategySpec("mirrored" if n > 1 else "one_device", n))
 
 
 def require_static_shapes(ds) -> None:
@@ -106,11 +108,9 @@ def main(argv: list[str]) -> None:
     if FLAGS.use_tpu:
         check_tpu_paths()
     strategy = make_tpu_strategy()
-    launch.run_training(
-        "textrain-train-tpu", strategy,
-        data_params=dict(drop_remainder=True),
-        config_overrides=TPU_CONFIG,
-        check_dataset=require_static_shapes)
+    # Fixed-shape batches (drop_remainder) are DataParams' default, which the run keeps.
+    launch.run_training("textrain-train-tpu", strategy, config_overrides=TPU_CONFIG,
+                        check_dataset=require_static_shapes)
 
 
 def run() -> None:
