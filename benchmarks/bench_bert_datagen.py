@@ -57,8 +57,8 @@ def ours(args, corpus: str, vocab_file: str, workers: int, out_dir: str) -> dict
     cmd = [sys.executable, "-c", code, "--problem=bert_pretrain", f"--data_dir={out_dir}",
            f"--input_file={corpus}", f"--vocab_file={vocab_file}", f"--num_workers={workers}", *settings(args)]
     result = same_run.run_measured(cmd, adopt_orphans=True)  # the forkserver's workers count too
-    from textrain.framework import records
-    manifest = records.read_json(os.path.join(out_dir, "bert_pretrain", "bert_pretrain-train.manifest.json"))
+    from textrain.framework import fileio
+    manifest = fileio.read_json(os.path.join(out_dir, "bert_pretrain", "bert_pretrain-train.manifest.json"))
     result.update(instances=manifest["num_examples"], workers=workers)
     return result
 
@@ -98,8 +98,8 @@ def record_statistics(files: list[str], max_seq_length: int, mask_id: int, limit
 
 
 def compare_statistics(args, vocab_file: str, original_file: str, ours_dir: str) -> None:
-    from textrain.framework import text_encoders
-    mask_id = text_encoders.load_wordpiece_vocab(vocab_file)["[MASK]"]
+    from textrain.framework import encoders
+    mask_id = encoders.load_wordpiece_vocab(vocab_file)["[MASK]"]
     ours_files = sorted(glob.glob(os.path.join(ours_dir, "bert_pretrain", "*.tfrecord")))
     a = record_statistics([original_file], args.max_seq_length, mask_id)
     b = record_statistics(ours_files, args.max_seq_length, mask_id)
@@ -112,8 +112,8 @@ def compare_statistics(args, vocab_file: str, original_file: str, ours_dir: str)
 # inputs
 # ----------------------------------------------------------------------------------------------- #
 def corpus_tokens(corpus_path: str, vocab_file: str) -> int:
-    from textrain.framework import corpus, text_encoders
-    encoder = text_encoders.WordpieceEncoder(vocab_file)
+    from textrain.framework import corpus, encoders
+    encoder = encoders.WordpieceEncoder(vocab_file)
     return sum(int(encoder.encode_flat(doc)[1].sum()) for doc in corpus.read_documents(corpus_path))
 
 
@@ -127,7 +127,7 @@ def build_vocab(corpus_path: str, work: str) -> str:
 
 def breakdown(args, corpus_path: str, vocab_file: str, num_shards: int) -> None:
     """CPU seconds of each stage of ours over all shards, in this process."""
-    from textrain.framework import corpus, records
+    from textrain.framework import corpus, generator, records
     from textrain.framework.text_problems import document_selector
     from textrain.problems import bert_pretrain as bp
     hp = bp.BertPretrainHParams(input_file=corpus_path, vocab_file=vocab_file, dupe_factor=args.dupe_factor,
@@ -146,8 +146,8 @@ def breakdown(args, corpus_path: str, vocab_file: str, num_shards: int) -> None:
         t1 = time.process_time()
         tokenized = list(bp.tokenize_documents(docs, encoder))
         t2 = time.process_time()
-        batches = list(bp.generate_instances(tokenized, vocab, hp, bp.shard_rng(seed, "train", shard),
-                                             bp.shard_np_rng(seed, "train", shard)))
+        batches = list(bp.generate_instances(tokenized, vocab, hp, generator.shard_rng(seed, "train", shard),
+                                             generator.shard_np_rng(seed, "train", shard)))
         t3 = time.process_time()
         for batch in batches:
             records.serialize_batch(batch)

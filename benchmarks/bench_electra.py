@@ -49,7 +49,7 @@ SETTINGS = dict(max_seq_length=128)  # lower-case, blank lines separate document
 def corpus_tokens(corpus: str, vocab: str) -> int:
     """WordPiece tokens of the corpus's non-empty lines with our encoder (the rates' numerator)."""
     from textrain.framework import corpus as corpus_lib
-    from textrain.framework.text_encoders import WordpieceEncoder
+    from textrain.framework.encoders import WordpieceEncoder
     encoder = WordpieceEncoder(vocab, do_lower_case=True)
     return sum(len(ids) for doc in corpus_lib.read_documents([corpus]) for ids in encoder.encode_batch(doc))
 

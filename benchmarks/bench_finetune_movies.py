@@ -384,7 +384,7 @@ def main() -> None:
         sp = w("movies_sp.model")
         if not os.path.exists(sp):
             sys.path.insert(0, REPO)
-            from textrain.framework.text_encoders import train_sentencepiece
+            from textrain.framework.encoders import train_sentencepiece
 
             train_sentencepiece(iter(t for t, _ in train), w("movies_sp"), vocab_size=4000, hard_vocab_limit=False)
         job = finetune_job("xlnet_random", "xlnet_classifier", w("ft_data_sp"), args.xlnet_lr, 1,

@@ -56,7 +56,7 @@ def main() -> int:
     import tensorflow as tf
     tf.config.threading.set_intra_op_parallelism_threads(1)
     tf.config.threading.set_inter_op_parallelism_threads(1)
-    from textrain.framework import text_encoders as te
+    from textrain.framework import encoders as te
     from textrain.framework.graph_wordpiece import GraphWordpieceTokenizer
     from textrain.problems.layouts import bert_layout
 

@@ -12,7 +12,7 @@ race is left out: no RACE-format data in ../shared/corpora), the run
    with (table below) — in a fresh process pinned to ONE core (os.sched_setaffinity) and in one with every
    core: examples per second of wall time after a warm-up, and CPU seconds per 1000 examples;
 3. measures the training step's consumption in a fresh process: the model the trainers build for that problem
-   (`registry.models.get(name).build_from_flags`, tiny: 2 layers, hidden 128 where the family has it),
+   (`registry.models.get(name).from_settings`, tiny: 2 layers, hidden 128 where the family has it),
    forward + backward + Adam on a real batch of that dataset held in memory (so the pipeline is not in it),
    examples/s after warm-up steps; and the BERT-base shapes (L128, batch 32) for the problems in --base.
 Headroom = pipeline ex/s on one core / step ex/s: above 1, one core of input feeds the step with room to
@@ -162,6 +162,8 @@ def child_step(case: Case, data_dir: str, size: str, warmup: int, steps: int) ->
 
     from textrain.framework import registry
     from textrain.models.base import weighted_loss
+    from textrain.trainers.flags import model_settings_from_flags
+
     problem = _problem(case, data_dir)
     manifest = problem.read_manifest(data_dir, "train")
     flags = dict(case.tiny if size == "tiny" else case.base)
@@ -170,13 +172,9 @@ def child_step(case: Case, data_dir: str, size: str, warmup: int, steps: int) ->
     if "electra_config_file" in flags:  # the tiny ELECTRA's json, with the data's vocabulary size
         with open(flags["electra_config_file"], "w") as f:
             json.dump(dict(ELECTRA_TINY, vocab_size=int(manifest["settings"]["vocab_size"])), f)
-    model_cls = registry.models.get(case.model)  # as the trainers build it: the class's, else its module's
-    build = getattr(model_cls, "build_from_flags", None) or getattr(sys.modules[model_cls.__module__],
-                                                                     "build_from_flags", None)
-    if build is not None:
-        model = build(types.SimpleNamespace(**flags), manifest)
-    else:  # a fine-tuning model (SQuAD heads): as trainers/finetune.py builds it
-        model = model_cls.from_settings(size=flags.get("model_size"), manifest=manifest)
+    # As the trainers build it: its one constructor, settings from the flags (trainers/flags.py).
+    model = registry.models.get(case.model).from_settings(
+        manifest=manifest, **model_settings_from_flags(types.SimpleNamespace(**flags)))
     batch = next(iter(_dataset(case, problem, data_dir)))
     n = _examples(batch)
     optimizer = tf.keras.optimizers.Adam(1e-4)

@@ -87,16 +87,16 @@ def wiki_lines(limit: int | None = None) -> list[str]:
 
 def vocabularies(work_dir: str, cased: bool = False) -> tuple[str, str]:
     """(WordPiece vocab, SentencePiece model) learned from the Wikipedia sample, cached in work_dir."""
-    from textrain.framework import text_encoders
+    from textrain.framework import encoders
     vocab = os.path.join(work_dir, "wiki_vocab_cased.txt" if cased else "wiki_vocab.txt")
     sp_prefix = os.path.join(work_dir, "wiki_sp")
     os.makedirs(work_dir, exist_ok=True)
     lines = [line for line in wiki_lines() if line.strip()]
     if not os.path.exists(vocab):
-        text_encoders.build_wordpiece_vocab(iter(lines), vocab_size=8000, out_file=vocab, do_lower_case=not cased)
+        encoders.build_wordpiece_vocab(iter(lines), vocab_size=8000, out_file=vocab, do_lower_case=not cased)
     if not os.path.exists(sp_prefix + ".model"):
-        text_encoders.train_sentencepiece(iter(lines), sp_prefix, vocab_size=8000, num_threads=2,
-                                          hard_vocab_limit=False)
+        encoders.train_sentencepiece(iter(lines), sp_prefix, vocab_size=8000, num_threads=2,
+                                     hard_vocab_limit=False)
     return vocab, sp_prefix + ".model"
 
 
@@ -104,7 +104,7 @@ def vocabularies(work_dir: str, cased: bool = False) -> tuple[str, str]:
 # Part A
 # ---------------------------------------------------------------------------------------------- #
 def part_a(vocab: str, sp_model: str, path: str = SQUAD_LIKE) -> dict:
-    from textrain.framework import text_encoders
+    from textrain.framework.encoders import SentencePieceEncoder, WordpieceEncoder
     from textrain.problems import qa_postprocess as qp
     from textrain.problems import squad
 
@@ -117,8 +117,8 @@ def part_a(vocab: str, sp_model: str, path: str = SQUAD_LIKE) -> dict:
           f"official v1.1 metrics of the gold answers over {gold_metrics['total']} questions: "
           f"EM {gold_metrics['exact_match']:.1f} F1 {gold_metrics['f1']:.1f}")
     result = {"questions": len(examples), "gold_em": gold_metrics["exact_match"], "gold_f1": gold_metrics["f1"]}
-    encoders = {"wordpiece": (text_encoders.WordpieceEncoder(vocab), squad.wordpiece_features),
-                "sentencepiece": (text_encoders.SentencePieceEncoder(sp_model), squad.sentencepiece_features)}
+    encoders = {"wordpiece": (WordpieceEncoder(vocab), squad.wordpiece_features),
+                "sentencepiece": (SentencePieceEncoder(sp_model), squad.sentencepiece_features)}
     for name, (encoder, featurize) in encoders.items():
         start = time.process_time()
         mapped, windows, failures = 0, 0, []

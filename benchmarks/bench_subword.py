@@ -63,7 +63,7 @@ def timed(fn, *args, **kwargs):
 
 
 def bench_language(lang, args, t2t_te, t2t_tok):
-    from textrain.framework import text_encoders as te
+    from textrain.framework import encoders as te
     path = os.path.join(CORPUS, f"train.{lang}.gz")
     with gzip.open(path, "rt", encoding="utf-8") as f:
         lines = [line.strip() for line in f]  # t2t's corpus reader strips lines

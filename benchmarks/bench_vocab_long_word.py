@@ -22,7 +22,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from textrain.framework import text_encoders  # noqa: E402
+from textrain.framework import encoders  # noqa: E402
 
 ORDINARY = ["It was the best of times, it was the worst of times.",
             "Emma Woodhouse, handsome, clever, and rich, had lived nearly twenty-one years."] * 200
@@ -32,7 +32,7 @@ def measure(size: int, out_dir: str) -> float:
     rng = random.Random(size)
     word = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(size))
     start = time.process_time()
-    text_encoders.build_wordpiece_vocab(iter(ORDINARY + [word]), 200, os.path.join(out_dir, f"vocab-{size}.txt"))
+    encoders.build_wordpiece_vocab(iter(ORDINARY + [word]), 200, os.path.join(out_dir, f"vocab-{size}.txt"))
     return time.process_time() - start
 
 

@@ -14,7 +14,7 @@ interleaved blocks and every line's ids are compared; any mismatch is printed an
 Times are CPU seconds of this process (time.process_time) pinned to one core (affinity and
 RAYON_NUM_THREADS=1), so other load on a shared machine counts as little as it can.
 Printed: lines/s and tokens per CPU-second of each side, ours / original, and the size of the encoder's
-caches at the end (they are bounded; see framework/text_encoders.py).
+caches at the end (they are bounded; see framework/encoders.py).
 """
 import argparse
 import glob
@@ -47,7 +47,7 @@ def read_lines(paths, max_lines):
 
 
 def cached_vocab(paths, vocab_size):
-    from textrain.framework import text_encoders as te
+    from textrain.framework import encoders as te
     key = hashlib.sha256(repr([(p, os.path.getsize(p)) for p in paths] + [vocab_size]).encode())
     out = f"/tmp/textrain_bench_wordpiece_{key.hexdigest()[:12]}.txt"
     if not os.path.exists(out):
@@ -78,7 +78,7 @@ def main():
     if not paths:
         print(f"corpus {CORPUS}/*.txt.gz is absent: nothing to benchmark")
         return 0
-    from textrain.framework import text_encoders as te
+    from textrain.framework import encoders as te
     vocab = cached_vocab(paths, args.vocab_size)
     lines = read_lines(paths, args.max_lines)
     n_chars = sum(map(len, lines))

@@ -71,7 +71,7 @@ def small_corpus(big: str, out: str, mb: float) -> str:
 def sentencepiece_model(corpus: str, work: str, vocab_size: int) -> str:
     prefix = os.path.join(work, f"spiece_{os.path.basename(corpus).rsplit('.', 1)[0]}_{vocab_size}")
     if not os.path.exists(prefix + ".model"):
-        from textrain.framework.text_encoders import train_sentencepiece
+        from textrain.framework.encoders import train_sentencepiece
         start = time.time()
         train_sentencepiece(corpus, prefix, vocab_size=vocab_size, hard_vocab_limit=False)
         print(f"trained {prefix}.model in {time.time() - start:.0f} s (not part of the figures)")
@@ -79,8 +79,8 @@ def sentencepiece_model(corpus: str, work: str, vocab_size: int) -> str:
 
 
 def corpus_tokens(corpus: str, sp_model: str) -> int:
-    from textrain.framework import text_encoders
-    encoder = text_encoders.SentencePieceEncoder(sp_model, uncased=SETTINGS["uncased"])
+    from textrain.framework import encoders
+    encoder = encoders.SentencePieceEncoder(sp_model, uncased=SETTINGS["uncased"])
     total, lines = 0, []
     with open(corpus, encoding="utf-8") as f:
         for line in f:
@@ -95,12 +95,12 @@ def corpus_tokens(corpus: str, sp_model: str) -> int:
 def check_ids(corpus: str, sp_model: str) -> str:
     """Our ids vs the original's prepro_utils (imported from ../shared/originals, unchanged), every line."""
     import sentencepiece as spm
-    from textrain.framework import text_encoders
+    from textrain.framework import encoders
     sys.path.insert(0, os.path.join(same_run.ORIGINALS, "xlnet"))
     import prepro_utils  # noqa: E402  (the original's, read-only)
     sp = spm.SentencePieceProcessor()
     sp.Load(sp_model)
-    encoder = text_encoders.SentencePieceEncoder(sp_model, uncased=SETTINGS["uncased"])
+    encoder = encoders.SentencePieceEncoder(sp_model, uncased=SETTINGS["uncased"])
     with open(corpus, encoding="utf-8") as f:
         lines = [line.strip() for line in f if line.strip()]
     ours = encoder.encode_batch(lines)
@@ -183,7 +183,7 @@ settings = json.loads(settings)
 import numpy as np
 import tensorflow as tf
 from textrain.framework import records
-from textrain.framework.problem import shard_np_rng
+from textrain.framework.generator import shard_np_rng
 from textrain.problems import xlnet_pretrain as xp
 hp = xp.XlnetPretrainHParams(input_file=corpus, sp_model=sp_model, **settings)
 problem = xp.XlnetPretrain(hp)

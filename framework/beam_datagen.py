@@ -14,7 +14,7 @@ The pipeline is the local driver's three steps (framework/problem.py), not a sec
 2. `Create(jobs) | Reshuffle | ParDo(WriteShard)`: each worker rebuilds the problem from a
    `ProblemSpec` and calls `run_shard_job` -- the same function `--num_workers` datagen calls -- so for
    the same seed the shards are byte-identical whatever the runner and the number of workers. A shard
-   is written as `<name>.incomplete` and renamed when whole (records.write_shard); a retried or
+   is written as `<name>.incomplete` and renamed when whole (shards.write_shard); a retried or
    speculative duplicate bundle rewrites the same bytes under the same name, which is harmless.
    Reshuffle stops the runner from fusing the jobs into the single bundle `Create` makes, so they
    spread over the workers.
@@ -30,7 +30,7 @@ The pipeline is the local driver's three steps (framework/problem.py), not a sec
 Memory per worker: one shard job at a time per worker thread, and each job streams the corpus,
 keeping only its own documents (problems' `generate_shard`; bert_pretrain keeps the shard's token ids,
 ~4 bytes x corpus tokens / num_shards), and writes through the bounded-memory shuffler of
-records.write_shard. Worker memory is thus set by --num_shards, not by the corpus size: raise
+shards.write_shard. Worker memory is thus set by --num_shards, not by the corpus size: raise
 --num_shards with the corpus (docs/BEAM.md gives the rule).
 """
 from __future__ import annotations
@@ -44,8 +44,9 @@ import apache_beam as beam
 from absl import logging
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from textrain.framework.problem import (GenerationPlan, Problem, ProblemSpec, ShardJob, generation_lock,
-                               plan_generation, run_shard_job, write_manifests)
+from textrain.framework.generator import (GenerationPlan, ProblemSpec, ShardJob, generation_lock, plan_generation,
+                                           run_shard_job, write_manifests)
+from textrain.framework.problem import Problem
 
 
 class _ProblemDoFn(beam.DoFn):

@@ -2,17 +2,19 @@
 
 Every entry point (`textrain-datagen`, `textrain-train-gpu`, `textrain-train-tpu`, `textrain-finetune`,
 `textrain-decode`, ...) runs its absl `main` through `run_main(prog, main)`. Code anywhere below it
-raises `UserError` (or a subclass: CorpusError, RecordError, EncoderError, SettingsMismatchError,
-CheckpointMismatchError, ... are all UserErrors) for a failure the user can fix: a flag, a file, a
-setting. That ends as `<prog>: error: <message>` on stderr and a non-zero exit status, with no traceback.
+raises `framework.errors.UserError` (or a subclass: CorpusError, RecordError, EncoderError,
+SettingsMismatchError, CheckpointMismatchError, ... are all UserErrors) for a failure the user can fix:
+a flag, a file, a setting. That ends as `<prog>: error: <message>` on stderr and a non-zero exit
+status, with no traceback.
 
 Decisions:
 - The place that knows the file raises the UserError naming it; `run_main` additionally turns the
   failure types that reach it from below without a name into one line (`explain`): TensorFlow's file
-  errors (DataLossError is explained with the shard file and offset through `records.explain_data_loss`
-  on the record files this process opened; NotFound / PermissionDenied / ResourceExhausted), OSError
-  with ENOSPC / EDQUOT / EFBIG / EACCES / EROFS / ENOENT, zlib.error / EOFError (corrupt compressed
-  input). Anything else is a bug and keeps its traceback.
+  errors (DataLossError is explained with the shard file and offset through
+  `tf_errors.explain_data_loss` on the record files of the run, passed explicitly: `run_main`'s
+  `record_files`, by default those of --data_dir/--problem; NotFound / PermissionDenied /
+  ResourceExhausted), OSError with ENOSPC / EDQUOT / EFBIG / EACCES / EROFS / ENOENT, zlib.error /
+  EOFError (corrupt compressed input). Anything else is a bug and keeps its traceback.
 - Ctrl-C: the trainers save first (their SIGINT handler); a KeyboardInterrupt that still reaches here
   is one line and exit status 130 (128 + SIGINT), as a shell expects.
 - `TEXTRAIN_VERBOSE=1` or `--verbose` re-raises instead, so the traceback is there when wanted.
@@ -25,14 +27,11 @@ import os
 import re
 import sys
 import zlib
-from typing import Callable
+from typing import Callable, Iterable
 
 from absl import app, flags
 
-
-class UserError(Exception):
-    """A failure the user can fix; its message names the flag, file (and line/record) and what to do."""
-
+from textrain.framework.errors import UserError
 
 INTERRUPTED_STATUS = 130  # 128 + SIGINT
 
@@ -68,24 +67,24 @@ def fail(prog: str, message: str, status: int = 1) -> None:
 
 
 def _without_temporary_suffix(text: str) -> str:
-    """Name the file, not the temporary name it is written under (records.incomplete_path)."""
+    """Name the file, not the temporary name it is written under (fileio.incomplete_path)."""
     return re.sub(r"\.[A-Za-z0-9_]+-\d+\.incomplete\b", "", text)
 
 
-def _tf_error_message(e: Exception) -> str | None:
+def _tf_error_message(e: Exception, record_files: Callable[[], Iterable[str]]) -> str | None:
     """One line for TensorFlow's file errors (imported lazily: not every CLI has loaded TF)."""
     tf = sys.modules.get("tensorflow")
     if tf is None or not isinstance(e, tf.errors.OpError):
         return None
-    from textrain.framework import records  # imports TensorFlow, which is loaded already here
+    from textrain.framework import tf_errors  # imports TensorFlow, which is loaded already here
 
-    message = records.tf_message(e) or type(e).__name__
+    message = tf_errors.tf_message(e) or type(e).__name__
     message = _without_temporary_suffix(message)
     for pattern, advice in _TF_OS_MESSAGES:  # the OS error is in the text, whatever the TF error type
         if re.search(pattern, message):
             return f"{message}; {advice}"
     if isinstance(e, tf.errors.DataLossError):
-        return str(records.explain_data_loss(e, records.files_opened()))
+        return str(tf_errors.explain_data_loss(e, record_files()))
     if isinstance(e, tf.errors.NotFoundError):
         return f"not found: {message}; check the path (a flag naming a file or directory)"
     if isinstance(e, tf.errors.PermissionDeniedError):
@@ -97,8 +96,11 @@ def _tf_error_message(e: Exception) -> str | None:
     return None
 
 
-def explain(e: BaseException) -> tuple[str, int] | None:
-    """(one-line message, exit status) for a failure the user can act on; None for a bug."""
+def explain(e: BaseException, record_files: Callable[[], Iterable[str]] = list) -> tuple[str, int] | None:
+    """(one-line message, exit status) for a failure the user can act on; None for a bug.
+
+    record_files: the TFRecord files the run read (called only for a DataLossError, whose damaged file is
+    sought among them)."""
     if isinstance(e, UserError):
         return str(e), 1
     if isinstance(e, app.UsageError):
@@ -114,14 +116,27 @@ def explain(e: BaseException) -> tuple[str, int] | None:
         return (f"corrupt or truncated compressed input ({type(e).__name__}: {e}); re-download or "
                 f"re-compress the file"), 1
     if isinstance(e, Exception):
-        message = _tf_error_message(e)
+        message = _tf_error_message(e, record_files)
         if message is not None:
             return message, 1
     return None
 
 
-def run_main(prog: str, main: Callable[[list[str]], None]) -> None:
-    """absl's app.run(main), with every failure `explain` knows ending as one line."""
+def flag_record_files() -> list[str]:
+    """The record files of the problem that --data_dir and --problem name (empty without those flags)."""
+    names = ("data_dir", "problem")
+    if not all(n in flags.FLAGS and flags.FLAGS[n].value for n in names):
+        return []
+    from textrain.framework import fileio
+
+    return fileio.glob(os.path.join(flags.FLAGS["data_dir"].value, flags.FLAGS["problem"].value, "*.tfrecord"))
+
+
+def run_main(prog: str, main: Callable[[list[str]], None],
+             record_files: Callable[[], Iterable[str]] = flag_record_files) -> None:
+    """absl's app.run(main), with every failure `explain` knows ending as one line.
+
+    record_files: the record files the run read (called for a DataLossError, which names no file)."""
     if "verbose" not in flags.FLAGS:
         flags.DEFINE_bool("verbose", False, "Show the traceback of a failure (also TEXTRAIN_VERBOSE=1).")
 
@@ -131,7 +146,7 @@ def run_main(prog: str, main: Callable[[list[str]], None]) -> None:
         except BaseException as e:  # noqa: BLE001 - SystemExit passes through below
             if isinstance(e, SystemExit) or verbose():
                 raise
-            known = explain(e)
+            known = explain(e, record_files)
             if known is None:
                 raise
             fail(prog, known[0], known[1])

@@ -37,8 +37,7 @@ import numpy as np
 from absl import logging
 
 from textrain.framework import fileio
-from textrain.framework.cli import UserError
-from textrain.framework.lazy_tf import tf
+from textrain.framework.errors import UserError
 
 BAD_UTF8_POLICIES = ("error", "replace", "skip")
 

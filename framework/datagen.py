@@ -15,7 +15,7 @@ import time
 
 from absl import app, flags
 
-from textrain.framework import cli, fileio, flag_aliases
+from textrain.framework import cli, errors, fileio, flag_aliases
 from textrain.framework import flags as problem_flags
 from textrain.framework import registry
 
@@ -60,14 +60,14 @@ def _generate_with_beam(problem, num_shards: dict | None) -> dict:
     """--runner=beam (framework/beam_datagen.py): Beam is imported here only, so the core package
     does not need it. The runner spreads the shards itself: --num_workers/--task_id do not apply."""
     if FLAGS.num_workers != 1 or FLAGS.task_id is not None or FLAGS.num_tasks != 1:
-        raise cli.UserError("--num_workers, --task_id and --num_tasks are for --runner=local; with "
-                            "--runner=beam set workers in --beam_pipeline_options (e.g. "
-                            "--direct_num_workers=2, or your Flink/Spark/Dataflow cluster's)")
+        raise errors.UserError("--num_workers, --task_id and --num_tasks are for --runner=local; with "
+                               "--runner=beam set workers in --beam_pipeline_options (e.g. "
+                               "--direct_num_workers=2, or your Flink/Spark/Dataflow cluster's)")
     try:
         from textrain.framework import beam_datagen
     except ImportError as e:
-        raise cli.UserError(f"--runner=beam needs Apache Beam ({e}); install it with "
-                            f"pip install 'textrain[beam]'") from None
+        raise errors.UserError(f"--runner=beam needs Apache Beam ({e}); install it with "
+                               f"pip install 'textrain[beam]'") from None
     return beam_datagen.generate_data(problem, FLAGS.data_dir, FLAGS.tmp_dir,
                                       options=FLAGS.beam_pipeline_options, seed=FLAGS.seed,
                                       overwrite=FLAGS.overwrite, num_shards=num_shards)
@@ -85,10 +85,10 @@ def main(argv: list[str]) -> None:
         raise app.UsageError(str(e.args[0])) from None
     try:  # settings checked by the problem (ranges, combinations): one line naming the flag
         problem = cls(problem_flags.problem_hparams_from_flags(cls))
-    except cli.UserError:
+    except errors.UserError:
         raise
     except ValueError as e:
-        raise cli.UserError(str(e)) from None
+        raise errors.UserError(str(e)) from None
     start = time.time()
     if FLAGS.vocab_only:
         problem.prepare(FLAGS.data_dir, FLAGS.tmp_dir)
@@ -98,8 +98,8 @@ def main(argv: list[str]) -> None:
     try:
         if FLAGS.runner == "beam":
             if FLAGS.verify:
-                raise cli.UserError("--verify runs with --runner=local only (it reads every record here); "
-                                    "verify first, then run the Beam pipeline")
+                raise errors.UserError("--verify runs with --runner=local only (it reads every record here); "
+                                       "verify first, then run the Beam pipeline")
             manifests = _generate_with_beam(problem, num_shards)
         else:
             manifests = problem.generate_data(FLAGS.data_dir, FLAGS.tmp_dir, num_workers=FLAGS.num_workers,
@@ -107,7 +107,7 @@ def main(argv: list[str]) -> None:
                                               seed=FLAGS.seed, overwrite=FLAGS.overwrite, num_shards=num_shards,
                                               verify=FLAGS.verify)
     except (ValueError, FileNotFoundError) as e:  # bad input: a clear message, no traceback
-        raise cli.UserError(str(e)) from None
+        raise errors.UserError(str(e)) from None
     print(_summary(problem, FLAGS.data_dir, manifests, time.time() - start))
 
 

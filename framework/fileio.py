@@ -6,6 +6,10 @@ Why two routes: `tf.io.gfile` is what makes `gs://` work, but reaching it import
 gfile's names and behaviour (makedirs is `exist_ok`, text is UTF-8 without newline translation, glob sees hidden
 files, a missing file is FileNotFoundError on both routes) so callers do not care which route a path takes.
 
+Atomic writes: a file is written under a temporary name unique to this writer (`incomplete_path`:
+`<name>.<host>-<pid>.incomplete`) and renamed when whole, so a half-written file never has the final name and two
+writers never mix bytes under one name (framework/locks.py removes the temporary files of dead writers).
+
 TFRecords: a local file is framed here (length, masked CRC32C of the length, data, masked CRC32C of the data: the
 format `tf.io.TFRecordWriter` writes, byte for byte; tests/test_fileio.py proves it) with `google-crc32c`'s C code;
 without that C extension, or for a remote path, `tf.io.TFRecordWriter` does it.
@@ -13,10 +17,13 @@ without that C extension, or for a remote path, `tf.io.TFRecordWriter` does it.
 from __future__ import annotations
 
 import glob as _glob
+import json
 import os
+import re
 import shutil
+import socket
 import struct
-from typing import IO, Iterator
+from typing import IO, Any, Iterator
 
 from textrain.framework import lazy_tf
 from textrain.framework.lazy_tf import tf
@@ -211,3 +218,56 @@ def iter_tfrecords(path: str) -> Iterator[bytes]:
                 raise ValueError(f"{path}: corrupted record at byte {offset}")
             offset += 16 + len(record)
             yield record
+
+
+# ----------------------------------------------------------------------------------------------- #
+# atomic writes
+# ----------------------------------------------------------------------------------------------- #
+HOST_TAG = re.sub(r"[^A-Za-z0-9_]", "_", socket.gethostname()) or "host"
+_TAGGED = re.compile(r"\.([A-Za-z0-9_]+)-(\d+)\.incomplete$")
+
+
+def incomplete_path(path: str, part: str = "") -> str:
+    """The temporary name of `path` while this process writes it: unique per host and pid."""
+    return f"{path}{'.' + part if part else ''}.{HOST_TAG}-{os.getpid()}.incomplete"
+
+
+def incomplete_writer(path: str) -> tuple[str, int] | None:
+    """(host tag, pid) of the writer of a temporary `path` (`incomplete_path`); None when untagged."""
+    m = _TAGGED.search(path)
+    return (m.group(1), int(m.group(2))) if m else None
+
+
+def remove_if_exists(path: str) -> None:
+    if exists(path):
+        remove(path)
+
+
+def _write_atomic(path: str, data: str | bytes, mode: str) -> None:
+    tmp = incomplete_path(path)
+    try:
+        with open_file(tmp, mode) as f:
+            f.write(data)
+        rename(tmp, path, overwrite=True)
+    except BaseException:
+        remove_if_exists(tmp)
+        raise
+
+
+def write_text_atomic(path: str, text: str) -> None:
+    """Write `text` (UTF-8) under a temporary name, then rename it to `path`."""
+    _write_atomic(path, text, "w")
+
+
+def write_bytes_atomic(path: str, data: bytes) -> None:
+    """Write `data` under a temporary name, then rename it to `path`."""
+    _write_atomic(path, data, "wb")
+
+
+def write_json_atomic(path: str, obj: Any) -> None:
+    write_text_atomic(path, json.dumps(obj, indent=1, sort_keys=True) + "\n")
+
+
+def read_json(path: str) -> Any:
+    with open_file(path) as f:
+        return json.load(f)

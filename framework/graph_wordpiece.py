@@ -8,7 +8,7 @@ tensors it gives the classifier features that problems/classification.py writes 
     features = tokenizer(tf.constant(["Emma was rich."]), tf.constant(["She was clever."]))
     # {"input_ids", "input_mask", "segment_ids"}: int32 [B, max_seq_length]
 
-The ids equal `framework.text_encoders.WordpieceEncoder` (google-research/bert FullTokenizer) and the
+The ids equal `framework.encoders.WordpieceEncoder` (google-research/bert FullTokenizer) and the
 layout equals `problems.layouts.bert_layout` (`[CLS] A [SEP] B [SEP]`, longest-first
 truncation, right padding); tests/test_graph_wordpiece.py checks both on thousands of real lines.
 The values are the records' values; the dtype is int32, what `Problem.preprocess_example` feeds the
@@ -34,7 +34,7 @@ How (BasicTokenizer on code points, WordPiece by hash lookups):
   each step the candidates `word[start:start+k]` (k = 1 .. longest vocab entry, "##" prefixed when
   start > 0) are looked up in a `StaticHashTable` and the longest hit is taken; no hit makes the whole
   word [UNK], as does a word longer than 200 characters (`max_input_chars_per_word` of
-  google-research/bert, which text_encoders uses).
+  google-research/bert, which framework.encoders uses).
 
 Known limit (documented, not hit by real text): Python's NFD reorders runs of combining marks by
 combining class before the accents are stripped; done per character here, so two adjacent NON-Mn
@@ -54,7 +54,7 @@ import unicodedata
 import numpy as np
 import tensorflow as tf
 
-from textrain.framework import text_encoders
+from textrain.framework import encoders
 
 DROP, SPACE, CJK, PUNCT, CASED, IGNORABLE = 1, 2, 4, 8, 16, 32
 CAPITAL_SIGMA, FINAL_SIGMA = 0x3A3, 0x3C2
@@ -83,7 +83,7 @@ def _compute_tables() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
             bits |= DROP
         elif char.isspace() or cat == "Zs":
             bits |= SPACE
-        if text_encoders._is_cjk(cp):
+        if encoders.is_cjk(cp):
             bits |= CJK
         if _is_punctuation(cp, cat):
             bits |= PUNCT
@@ -111,7 +111,7 @@ def _compute_tables() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
 
 @functools.lru_cache(maxsize=1)
 def unicode_tables() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """The tables (a few seconds to compute), cached on disk per Unicode version like text_encoders'."""
+    """The tables (a few seconds to compute), cached on disk per Unicode version like framework.encoders'."""
     cache_dir = os.environ.get("TEXTRAIN_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "textrain"))
     path = os.path.join(cache_dir, f"graph_wordpiece.v{_TABLES_VERSION}.unicode{unicodedata.unidata_version}.npz")
     try:
@@ -160,14 +160,14 @@ class GraphWordpieceTokenizer(tf.Module):
         super().__init__(name=name)
         if max_seq_length < 3:
             raise ValueError(f"max_seq_length must be at least 3, got {max_seq_length}")
-        vocab = text_encoders.load_wordpiece_vocab(vocab_file)
+        vocab = encoders.load_wordpiece_vocab(vocab_file)
         for token in ("[UNK]", "[CLS]", "[SEP]"):
             if token not in vocab:
                 raise ValueError(f"{vocab_file} lacks {token}")
         self.do_lower_case = do_lower_case
         self.max_seq_length = max_seq_length
         self.unk_id, self.cls_id, self.sep_id = vocab["[UNK]"], vocab["[CLS]"], vocab["[SEP]"]
-        self.max_chars_per_word = text_encoders.MAX_INPUT_CHARS_PER_WORD
+        self.max_chars_per_word = encoders.MAX_INPUT_CHARS_PER_WORD
         longest = max(len(t[2:]) if t.startswith("##") else len(t) for t in vocab)
         self.max_piece_chars = max(1, min(longest, self.max_chars_per_word))
         classes, exc_cps, exc_flat, exc_starts_lens = unicode_tables()

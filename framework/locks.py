@@ -15,7 +15,7 @@ Decisions:
 - The same process asking again (several Trainers in one process, a test) gets the lock it holds.
 - gs:// (and other non-local file systems): tf.io.gfile has no create-if-absent, so the lock is best
   effort there: check, then write, then read back that it is ours. Two writers starting within the
-  same second may both proceed; the unique `.incomplete` names (framework/records.py) still keep them
+  same second may both proceed; the unique `.incomplete` names (framework/fileio.py) still keep them
   from mixing bytes in one file.
 """
 from __future__ import annotations
@@ -29,7 +29,7 @@ import time
 from absl import logging
 
 from textrain.framework import fileio
-from textrain.framework.cli import UserError
+from textrain.framework.errors import UserError
 
 HOST = socket.gethostname()
 
@@ -168,3 +168,17 @@ def acquire_dir_lock(directory: str, program: str, name: str = ".textrain.lock")
         except fileio.not_found_errors():
             pass
     raise LockedError(f"could not take the lock {path}: another writer keeps taking it; retry")
+
+
+def remove_stale_incomplete(directory: str) -> list[str]:
+    """Remove the `.incomplete` files in `directory` whose writer is gone (this host, pid not alive;
+    untagged ones from older versions too). Files of live writers and of other hosts are left alone.
+    Returns the removed paths."""
+    removed = []
+    for path in fileio.glob(os.path.join(directory, "*.incomplete")):
+        writer = fileio.incomplete_writer(path)
+        if writer and (writer[0] != fileio.HOST_TAG or process_running(writer[1])):
+            continue
+        fileio.remove_if_exists(path)
+        removed.append(path)
+    return removed

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import TypeVar
 
-from textrain.framework.cli import UserError
+from textrain.framework.errors import UnknownNameError
 
 T = TypeVar("T")
 
@@ -20,13 +20,6 @@ _ALL_CAP = re.compile(r"([a-z0-9])([A-Z])")
 def snake_case(name: str) -> str:
     """`TranslateEnzhSub8k` -> `translate_enzh_sub8k`, `BertPretrain` -> `bert_pretrain`."""
     return _ALL_CAP.sub(r"\1_\2", _FIRST_CAP.sub(r"\1_\2", name)).lower()
-
-
-class UnknownNameError(UserError, KeyError):
-    """An unregistered problem/model name (a KeyError, as before; a UserError: one line from any CLI)."""
-
-    def __str__(self) -> str:  # KeyError would quote the message
-        return str(self.args[0]) if self.args else ""
 
 
 class Registry:

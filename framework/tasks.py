@@ -30,8 +30,8 @@ from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
-from textrain.framework import fileio, metrics as metric_fns, records, text_encoders
-from textrain.framework.cli import UserError
+from textrain.framework import encoders, fileio, manifests, metrics as metric_fns
+from textrain.framework.errors import UserError
 from textrain.framework.lazy_tf import tf
 from textrain.framework.problem import DataParams, ModeKeys, Problem
 
@@ -60,16 +60,16 @@ def tokenizer_file(hparams) -> tuple[str, str]:
     return flag, path
 
 
-def pretrained_encoder(hparams) -> text_encoders.WordpieceEncoder | text_encoders.SentencePieceEncoder:
+def pretrained_encoder(hparams) -> encoders.WordpieceEncoder | encoders.SentencePieceEncoder:
     """The PRETRAINED model's tokenizer that every task problem encodes with (see `tokenizer_file`),
     with `do_lower_case` (WordPiece) or `uncased` (SentencePiece). An unusable file is a UserError naming
     the flag."""
     flag, path = tokenizer_file(hparams)
     try:
         if flag == "sp_model":
-            return text_encoders.SentencePieceEncoder(path, uncased=hparams.uncased)
-        encoder = text_encoders.WordpieceEncoder(path, do_lower_case=hparams.do_lower_case)
-    except text_encoders.EncoderError as e:
+            return encoders.SentencePieceEncoder(path, uncased=hparams.uncased)
+        encoder = encoders.WordpieceEncoder(path, do_lower_case=hparams.do_lower_case)
+    except encoders.EncoderError as e:
         raise UserError(f"--{flag}: {e}") from None
     missing = [t for t in ("[CLS]", "[SEP]") if t not in encoder.special_ids]
     if missing:
@@ -155,7 +155,7 @@ class FinetuneTask(Problem, abc.ABC):
 
     task_type: ClassVar[str] = "classification"  # classification | regression | multilabel | ...
     main_metric: ClassVar[str] = "accuracy"       # the metric the best checkpoint is kept by
-    _encoder: text_encoders.WordpieceEncoder | text_encoders.SentencePieceEncoder | None = None
+    _encoder: encoders.WordpieceEncoder | encoders.SentencePieceEncoder | None = None
 
     # ---------------------------------------------------------------- what every task says
     @abc.abstractmethod
@@ -177,7 +177,7 @@ class FinetuneTask(Problem, abc.ABC):
 
     def has_split(self, data_dir: str, split: str) -> bool:
         """Whether `split` was generated (its manifest exists): a task's dev/test splits may be absent."""
-        return fileio.exists(os.path.join(self.problem_dir(data_dir), records.manifest_filename(self.name, split)))
+        return fileio.exists(os.path.join(self.problem_dir(data_dir), manifests.manifest_filename(self.name, split)))
 
     def has_labels(self, data_dir: str, split: str) -> bool:
         """Whether the split's records hold real labels (from its manifest)."""
@@ -212,8 +212,8 @@ class FinetuneTask(Problem, abc.ABC):
         """Write the predictions of one split from its gathered outputs; returns the main file. Default:
         `{base_path}.tsv` and `.jsonl` (`prediction_lines`)."""
         tsv, jsonl = prediction_lines(outputs, self.label_list(data_dir))
-        records.write_text_atomic(base_path + ".tsv", tsv)
-        records.write_text_atomic(base_path + ".jsonl", jsonl)
+        fileio.write_text_atomic(base_path + ".tsv", tsv)
+        fileio.write_text_atomic(base_path + ".jsonl", jsonl)
         log.info("wrote %s.tsv / .jsonl (%d examples)", base_path, tsv.count("\n"))
         return base_path + ".tsv"
 
@@ -231,7 +231,7 @@ class FinetuneTask(Problem, abc.ABC):
         return ServingVocab(hp.vocab_file, bool(hp.do_lower_case))
 
     # ---------------------------------------------------------------- tokenizer
-    def encoder(self) -> text_encoders.WordpieceEncoder | text_encoders.SentencePieceEncoder:
+    def encoder(self) -> encoders.WordpieceEncoder | encoders.SentencePieceEncoder:
         """The pretrained model's tokenizer (`pretrained_encoder`), built once per problem."""
         if self._encoder is None:
             self._encoder = pretrained_encoder(self.hparams)

@@ -19,7 +19,8 @@ from typing import Callable, Iterable, Iterator, Sequence
 
 from absl import logging
 
-from textrain.framework import corpus, fileio, text_encoders
+from textrain.framework import corpus, fileio
+from textrain.framework.encoders import EOS_ID, SubwordTextEncoder, WordpieceEncoder, build_wordpiece_vocab
 from textrain.framework.lazy_tf import tf
 from textrain.framework.problem import DatasetSplit, Problem
 
@@ -61,7 +62,7 @@ class Text2TextProblem(Problem):
             if fileio.exists(path):
                 continue
             logging.info("building %s (target size %d)", path, self.approx_vocab_size)
-            encoder = text_encoders.SubwordTextEncoder.build_from_generator(
+            encoder = SubwordTextEncoder.build_from_generator(
                 self.text_for_vocab(data_dir, tmp_dir, side), self.approx_vocab_size,
                 max_subtoken_length=self.max_subtoken_length)
             encoder.store_to_file(path)
@@ -70,7 +71,7 @@ class Text2TextProblem(Problem):
         encoders = {}
         for side in self._vocab_sides():
             path = os.path.join(self.problem_dir(data_dir), self.vocab_filename(side))
-            encoders[side] = text_encoders.SubwordTextEncoder(path)
+            encoders[side] = SubwordTextEncoder(path)
         if self.has_inputs and "inputs" not in encoders:
             encoders["inputs"] = encoders["targets"]
         return encoders
@@ -79,7 +80,7 @@ class Text2TextProblem(Problem):
         out = dict(sample)
         for side in ("inputs", "targets"):
             if side in sample:
-                out[side] = encoders[side].encode(sample[side]) + [text_encoders.EOS_ID]
+                out[side] = encoders[side].encode(sample[side]) + [EOS_ID]
         return out
 
     # ------------------------------------------------------------------ reading
@@ -140,7 +141,7 @@ class Text2SelfProblem(Problem):
             yield {"targets": row}
 
     def encode_sample(self, sample: dict, encoders: dict) -> dict:
-        return {"targets": encoders["targets"].encode(sample["targets"]) + [text_encoders.EOS_ID]}
+        return {"targets": encoders["targets"].encode(sample["targets"]) + [EOS_ID]}
 
     def example_reading_spec(self) -> dict:
         if self.chop_length > 0:
@@ -190,7 +191,7 @@ class WordpieceCorpusProblem(Problem):
 
     def __init__(self, hparams=None):
         super().__init__(hparams)
-        self._encoder: tuple[str, text_encoders.WordpieceEncoder] | None = None
+        self._encoder: tuple[str, WordpieceEncoder] | None = None
 
     def dataset_splits(self) -> list[tuple[str, int]]:
         splits = [(DatasetSplit.TRAIN, self.train_shards)]
@@ -227,18 +228,14 @@ class WordpieceCorpusProblem(Problem):
             return
         fileio.makedirs(os.path.dirname(path))
         lines = (line for p in paths for _, line in corpus.iter_lines(p, self.hparams.on_bad_utf8))
-        text_encoders.build_wordpiece_vocab(lines, vocab_size=self.hparams.vocab_size, out_file=path,
-                                            do_lower_case=self.hparams.do_lower_case)
+        build_wordpiece_vocab(lines, vocab_size=self.hparams.vocab_size, out_file=path,
+                              do_lower_case=self.hparams.do_lower_case)
         logging.info("built %s from %s", path, self.hparams.input_file)
 
-    def encoder_kwargs(self) -> dict:
-        return {}
-
-    def encoder(self, data_dir: str) -> text_encoders.WordpieceEncoder:
+    def encoder(self, data_dir: str) -> WordpieceEncoder:
         path = self.vocab_path(data_dir)
         if self._encoder is None or self._encoder[0] != path:
-            encoder = text_encoders.WordpieceEncoder(path, do_lower_case=self.hparams.do_lower_case,
-                                                     **self.encoder_kwargs())
+            encoder = WordpieceEncoder(path, do_lower_case=self.hparams.do_lower_case)
             missing = [t for t in self.required_special_tokens if t not in encoder.special_ids]
             if missing:
                 raise ValueError(f"{path}: the vocab lacks {', '.join(missing)}, which {self.name} needs")

@@ -27,7 +27,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from textrain.framework.text_encoders import _is_cjk as _is_cjk_code_point  # bert's _is_chinese_char ranges
+from textrain.framework.encoders import is_cjk  # bert's _is_chinese_char ranges
 
 SEGMENTERS = ("jieba",)
 # A token id with this bit set is a token that continues the previous token's word. Problems carry the flag in
@@ -39,7 +39,7 @@ WORD_CONTINUES_BIT = 1 << 30
 
 
 def _is_cjk(char: str) -> bool:
-    return _is_cjk_code_point(ord(char))
+    return is_cjk(ord(char))
 
 
 def load_segmenter(name: str) -> tuple[Callable[[str], list[str]], str]:

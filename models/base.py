@@ -35,7 +35,24 @@ def weighted_loss(losses: dict[str, Term]) -> tf.Tensor:
 
 
 class TrainableModel(tf.keras.Model):
-    """Base class of every model the trainers drive by name (see framework.registry.models)."""
+    """Base class of every model the trainers drive by name (see framework.registry.models).
+
+    Every registered model is built by ONE constructor, `from_settings(manifest=..., **settings)`:
+    plain values (trainers/flags.py maps the trainer flags to them, trainers/finetune.py the gin
+    bindings), never a flags object; settings of other model families are ignored.
+    """
+
+    @classmethod
+    def from_settings(cls, *, manifest: dict | None = None, **settings: Any) -> "TrainableModel":
+        """The model of `settings` for data described by `manifest` (the train split's)."""
+        raise NotImplementedError(f"{cls.__name__} defines no from_settings(manifest=..., **settings)")
+
+    @classmethod
+    def trainer_defaults(cls, settings: dict[str, Any]) -> dict[str, Any]:
+        """Trainer settings (by trainer flag name) the model's hyper-parameter set decides, used where
+        the command line does not give them (tensor2tensor: the set carries batch, schedule, Adam)."""
+        del settings
+        return {}
 
     def initial_state(self, batch_size: int) -> Any:
         """Per-replica state before the first step; `batch_size` is the per-replica batch."""

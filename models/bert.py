@@ -77,11 +77,11 @@ class BertConfig:
     embedding_size: int | None = None
 
     def __post_init__(self) -> None:
-        problems = self.problems()
-        if problems:
-            raise ValueError("invalid BertConfig: " + "; ".join(problems))
+        errors = self.validation_errors()
+        if errors:
+            raise ValueError("invalid BertConfig: " + "; ".join(errors))
 
-    def problems(self) -> list[str]:
+    def validation_errors(self) -> list[str]:
         """Every wrong type or range, so one error lists them all."""
         found = []
         for name in _POSITIVE_INTS + ("type_vocab_size", "embedding_size"):
@@ -317,6 +317,15 @@ class BertPretrainer(TrainableModel):
         self.next_sentence = TransposedDense(2, self.config.initializer_range, name="seq_relationship")
         self.build(None)
 
+    @classmethod
+    def from_settings(cls, *, size: str | None = None, config_file: str | None = None,
+                      vocab_size: int | None = None, manifest: dict | None = None, **_other: Any) -> "BertPretrainer":
+        """The one constructor (every trainer builds the model through it): see `pretraining_config`;
+        data the config cannot embed is refused. Settings of other model families (`_other`) are not BERT's."""
+        config, source = pretraining_config(size, config_file, vocab_size, manifest)
+        check_data_fits(config, manifest, source)
+        return cls(config)
+
     def build(self, input_shape=None) -> None:
         """Create every variable now (see module docstring); shapes come from the config."""
         hidden = self.config.hidden_size
@@ -415,21 +424,16 @@ class BertClassifier(ClassifierModel):
         return self.load_init_checkpoint(path)
 
     @classmethod
-    def from_settings(cls, *, num_labels: int, task_type: str = "classification", size: str | None = None,
+    def from_settings(cls, *, num_labels: int | None = None, task_type: str | None = None, size: str | None = None,
                       config_file: str | None = None, overrides: dict | None = None,
-                      manifest: dict | None = None, task_name: str = "") -> "BertClassifier":
-        """The fine-tuning entry (trainers/finetune.py): a size preset or a bert_config.json, overrides."""
+                      manifest: dict | None = None, task_name: str | None = None, **_other: Any) -> "BertClassifier":
+        """The one constructor: a size preset or a bert_config.json, `overrides`; the label count and task
+        type default to the data manifest's. Settings of other model families (`_other`) are not BERT's."""
+        task_type = task_type or task_type_from_manifest(manifest)
+        num_labels = num_labels_from_manifest(manifest, task_type) if num_labels is None else num_labels
         config, source = config_from_settings(size, config_file, overrides, manifest)
         check_data_fits(config, manifest, source)
         return cls(config, num_labels=num_labels, task_type=task_type)
-
-    @classmethod
-    def build_from_flags(cls, flags: Any, manifest: dict | None) -> "BertClassifier":
-        """textrain-train-gpu --model=bert_classifier: labels from the data manifest."""
-        task_type = task_type_from_manifest(manifest)
-        return cls.from_settings(num_labels=num_labels_from_manifest(manifest, task_type), task_type=task_type,
-                                 size=getattr(flags, "model_size", None),
-                                 config_file=getattr(flags, "bert_config_file", None), manifest=manifest)
 
 
 def config_from_settings(size: str | None, config_file: str | None, overrides: dict | None,
@@ -463,25 +467,18 @@ def check_data_fits(config: BertConfig, manifest: dict | None, source: str = "mo
                          f"{config.max_position_embeddings}")
 
 
-def config_from_flags(flags: Any, manifest: dict | None) -> tuple[BertConfig, str]:
-    """(config, where it came from): `--bert_config_file` if set, else the `--model_size` preset with
-    the manifest's vocab_size."""
+def pretraining_config(size: str | None, config_file: str | None, vocab_size: int | None,
+                       manifest: dict | None) -> tuple[BertConfig, str]:
+    """(config, where it came from): `config_file` (an original bert_config.json) if given, else the
+    `size` preset (default base) with the data's vocab_size (else `vocab_size`, else 30522)."""
     settings = (manifest or {}).get("settings") or {}
-    config_file = getattr(flags, "bert_config_file", None)
     if config_file:
         config = BertConfig.from_json_file(config_file)
         data_vocab = settings.get("vocab_size")
         if data_vocab is not None and data_vocab != config.vocab_size:
             logger.warning("%s has vocab_size %d but the data's vocabulary has %d entries",
                            config_file, config.vocab_size, data_vocab)
-        return config, f"--bert_config_file={config_file}"
-    size = getattr(flags, "model_size", None) or "base"
-    vocab_size = settings.get("vocab_size") or getattr(flags, "vocab_size", None) or 30522
-    return BertConfig.preset(size, vocab_size=int(vocab_size)), f"--model_size={size} (vocab_size {vocab_size})"
-
-
-def build_from_flags(flags: Any, manifest: dict | None) -> BertPretrainer:
-    """The `bert` model the trainers build by name (see docs/CONTRACTS.md)."""
-    config, source = config_from_flags(flags, manifest)
-    check_data_fits(config, manifest, source)
-    return BertPretrainer(config)
+        return config, f"bert_config_file={config_file}"
+    size = size or "base"
+    vocab_size = settings.get("vocab_size") or vocab_size or 30522
+    return BertConfig.preset(size, vocab_size=int(vocab_size)), f"model_size={size} (vocab_size {vocab_size})"

@@ -13,7 +13,7 @@ from typing import Iterable
 import numpy as np
 import tensorflow as tf
 
-from textrain.framework.cli import UserError
+from textrain.framework.errors import UserError
 
 # Optimizer slots and bookkeeping that released checkpoints carry but a model never owns.
 DEFAULT_IGNORE = (r"global_step$", r"/adam_[mv]$", r"/Adam(_1)?$", r"_power$", r"^good_steps$",

@@ -360,6 +360,30 @@ class ElectraPretrainer(TrainableModel):
         self._train_draws = SeededDraws(self.seed_generator)
         self._build_variables()
 
+    @classmethod
+    def from_settings(cls, *, size: str | None = None, config_file: str | None = None,
+                      vocab_size: int | None = None, mask_prob: float | None = None, gen_weight: float = 1.0,
+                      disc_weight: float = 50.0, temperature: float = 1.0, disallow_correct: bool = False,
+                      generator_hidden_size: float | None = None, generator_layers: float | None = None,
+                      embedding_size: int | None = None, untied_generator_embeddings: bool | None = None,
+                      manifest: dict | None = None, **_other: Any) -> "ElectraPretrainer":
+        """The one constructor (every trainer builds the model through it): the config of
+        `pretraining_config`, the objective (configure_pretraining.py's names; `mask_prob` defaults to
+        the size's), the special ids from the data manifest. Settings of other families are not ELECTRA's."""
+        generator = dict(generator_hidden_size=generator_hidden_size, generator_layers=generator_layers,
+                         embedding_size=embedding_size, untied_generator_embeddings=untied_generator_embeddings)
+        config, source = pretraining_config(size, config_file, vocab_size, generator, manifest)
+        check_data_fits(config.discriminator_config(), manifest, source)
+        special_ids = ((manifest or {}).get("settings") or {}).get("special_ids")
+        if not special_ids:
+            logger.warning("the data manifest has no special_ids; assuming Google's vocab ids %s",
+                           GOOGLE_VOCAB_SPECIAL_IDS)
+        default_mask = SIZES.get(size or "small", SIZES["small"])["mask_prob"]
+        objective = ElectraObjective(
+            mask_prob=float(default_mask if mask_prob is None else mask_prob), gen_weight=float(gen_weight),
+            disc_weight=float(disc_weight), temperature=float(temperature), disallow_correct=bool(disallow_correct))
+        return cls(config, objective, special_ids)
+
     @property
     def embeddings(self) -> TransformerEmbeddings:
         return self.discriminator.embeddings
@@ -533,21 +557,19 @@ class ElectraClassifier(ClassifierModel):
         return dense_variable_map(f"task_specific/{self.task_name}/dense", self.dense)
 
     @classmethod
-    def from_settings(cls, *, num_labels: int, task_type: str = "classification", size: str | None = None,
+    def from_settings(cls, *, num_labels: int | None = None, task_type: str | None = None, size: str | None = None,
                       config_file: str | None = None, overrides: dict | None = None,
-                      manifest: dict | None = None, task_name: str = "") -> "ElectraClassifier":
-        """The fine-tuning entry (trainers/finetune.py): a size preset (default small) or a config json."""
+                      manifest: dict | None = None, task_name: str | None = None,
+                      **_other: Any) -> "ElectraClassifier":
+        """The one constructor: a size preset (default small) or a config json, `overrides`; the label
+        count, task type and head scope name default to the data manifest's. Settings of other model
+        families (`_other`) are not ELECTRA's."""
+        task_type = task_type or task_type_from_manifest(manifest)
+        num_labels = num_labels_from_manifest(manifest, task_type) if num_labels is None else num_labels
+        if task_name is None:
+            task_name = str((manifest or {}).get("problem", ""))
         config = config_from_settings(size, config_file, overrides, manifest)
         return cls(config, num_labels=num_labels, task_type=task_type, task_name=task_name)
-
-    @classmethod
-    def build_from_flags(cls, flags: Any, manifest: dict | None) -> "ElectraClassifier":
-        """textrain-train-gpu --model=electra_classifier: labels from the data manifest."""
-        task_type = task_type_from_manifest(manifest)
-        return cls.from_settings(num_labels=num_labels_from_manifest(manifest, task_type), task_type=task_type,
-                                 size=_flag(flags, "model_size"),
-                                 config_file=_flag(flags, "electra_config_file") or _flag(flags, "bert_config_file"),
-                                 manifest=manifest, task_name=str(manifest.get("problem", "")) if manifest else "")
 
 
 def config_from_settings(size: str | None, config_file: str | None, overrides: dict | None,
@@ -567,48 +589,16 @@ def config_from_settings(size: str | None, config_file: str | None, overrides: d
     return config
 
 
-# =============================================================================================== #
-# Building from the trainers' flags
-# =============================================================================================== #
-def _flag(flags: Any, name: str, default: Any = None) -> Any:
-    """A flag's value, or `default` when the flag is not defined or is None."""
-    value = getattr(flags, name, None)
-    return default if value is None else value
-
-
-def objective_from_flags(flags: Any, size: str) -> ElectraObjective:
-    return ElectraObjective(
-        mask_prob=float(_flag(flags, "mask_prob", SIZES.get(size, SIZES["small"])["mask_prob"])),
-        gen_weight=float(_flag(flags, "gen_weight", 1.0)),
-        disc_weight=float(_flag(flags, "disc_weight", 50.0)),
-        temperature=float(_flag(flags, "temperature", 1.0)),
-        disallow_correct=bool(_flag(flags, "disallow_correct", False)))
-
-
-def config_from_flags(flags: Any, manifest: dict | None) -> tuple[ElectraConfig, str]:
-    """(config, where it came from): `--electra_config_file`/`--bert_config_file` if set, else the
-    `--model_size` preset (default small) with the data's vocab size and any generator overrides."""
-    settings = (manifest or {}).get("settings") or {}
-    overrides = {k: _flag(flags, k) for k in ("generator_hidden_size", "generator_layers", "embedding_size",
-                                              "untied_generator_embeddings")}
-    config_file = _flag(flags, "electra_config_file") or _flag(flags, "bert_config_file")
+def pretraining_config(size: str | None, config_file: str | None, vocab_size: int | None,
+                       generator: dict[str, Any], manifest: dict | None) -> tuple[ElectraConfig, str]:
+    """(config, where it came from): `config_file` if given, else the `size` preset (default small)
+    with the data's vocab size (else `vocab_size`); `generator` (generator_hidden_size, generator_layers,
+    embedding_size, untied_generator_embeddings; None = not given) replaces fields of either."""
+    given = {k: v for k, v in generator.items() if v is not None}
     if config_file:
         config = ElectraConfig.from_json_file(config_file)
-        config = dataclasses.replace(config, **{k: v for k, v in overrides.items() if v is not None})
-        return config, f"config file {config_file}"
-    size = _flag(flags, "model_size", "small")
-    vocab_size = int(settings.get("vocab_size") or _flag(flags, "vocab_size", 30522))
-    return ElectraConfig.preset(size, vocab_size=vocab_size, **overrides), \
-        f"--model_size={size} (vocab_size {vocab_size})"
-
-
-def build_from_flags(flags: Any, manifest: dict | None) -> ElectraPretrainer:
-    """The `electra` model the trainers build by name (see docs/CONTRACTS.md)."""
-    config, source = config_from_flags(flags, manifest)
-    check_data_fits(config.discriminator_config(), manifest, source)
-    special_ids = ((manifest or {}).get("settings") or {}).get("special_ids")
-    if not special_ids:
-        logger.warning("the data manifest has no special_ids; assuming Google's vocab ids %s",
-                       GOOGLE_VOCAB_SPECIAL_IDS)
-    size = _flag(flags, "model_size", "small")
-    return ElectraPretrainer(config, objective_from_flags(flags, size), special_ids)
+        return dataclasses.replace(config, **given), f"config file {config_file}"
+    size = size or "small"
+    settings = (manifest or {}).get("settings") or {}
+    vocab_size = int(settings.get("vocab_size") or vocab_size or 30522)
+    return ElectraConfig.preset(size, vocab_size=vocab_size, **given), f"model_size={size} (vocab_size {vocab_size})"

@@ -38,7 +38,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from textrain.framework.registry import register_model
-from textrain.framework.text_encoders import XLNET_SPECIAL_IDS
+from textrain.framework.encoders import XLNET_SPECIAL_IDS
 from textrain.models import bert as bert_lib
 from textrain.models import electra as electra_lib
 from textrain.models import xlnet as xlnet_lib

@@ -26,7 +26,7 @@ Decisions (t2t's defaults, re-stated; the sets are those of t2t's models/transfo
 - Hyper-parameters: `--hparams_set` picks a set, `--hparams='a=1,b=2'` overrides fields (t2t syntax). A
   set also carries t2t's training choices (token batch 4096, max_length 256, Adam 0.9/0.997/1e-9 without
   weight decay or clipping, schedule `constant*linear_warmup*rsqrt_decay*rsqrt_hidden_size` with
-  constant 2.0 and 8000 warmup steps); `trainer_flag_defaults` hands them to the trainer for every flag
+  constant 2.0 and 8000 warmup steps); `Transformer.trainer_defaults` hands them to the trainer for every flag
   the command line did not give.
 - Incremental decoding: `decoding_cache` encodes once and projects each layer's encoder keys/values once;
   `decode_step` runs one position, writing its self-attention keys/values into fixed-size per-layer
@@ -341,6 +341,32 @@ class Transformer(TrainableModel):
         self.dropout = tf.keras.layers.Dropout(hp.layer_prepostprocess_dropout)
         self.build(None)
 
+    @classmethod
+    def from_settings(cls, *, hparams_set: str | None = None, hparams: str | None = None,
+                      manifest: dict | None = None, **_other: Any) -> "Transformer":
+        """The one constructor (the trainers and textrain-decode build the model through it): the named
+        hparams set with `hparams` overrides, vocabularies from a Text2Text problem's manifest. Settings
+        of other model families (`_other`) are not the Transformer's."""
+        from textrain.framework.errors import UserError
+
+        try:
+            hp = parse_hparams(hparams_set, hparams)
+            inputs, targets, shared = vocab_from_manifest(manifest)
+        except ValueError as e:
+            raise UserError(str(e)) from None
+        return cls(hp, inputs, targets, shared_vocab=shared)
+
+    @classmethod
+    def trainer_defaults(cls, settings: dict[str, Any]) -> dict[str, Any]:
+        """The trainer settings the hparams set decides (t2t: the set carries the optimizer and batching)."""
+        hp = parse_hparams(settings.get("hparams_set"), settings.get("hparams"))
+        return {"train_batch_size": hp.batch_size, "max_length": hp.max_length, "batching": "tokens",
+                "optimizer": "adam", "learning_rate": hp.learning_rate_constant,
+                "num_warmup_steps": hp.learning_rate_warmup_steps, "lr_decay": "rsqrt_decay",
+                "lr_hidden_size": hp.hidden_size, "adam_beta1": hp.optimizer_adam_beta1,
+                "adam_beta2": hp.optimizer_adam_beta2, "adam_epsilon": hp.optimizer_adam_epsilon,
+                "weight_decay": hp.weight_decay, "clip_norm": hp.clip_grad_norm}
+
     def build(self, input_shape=None) -> None:
         shape = (None, None, self.hparams.hidden_size)
         for layer in {id(e): e for e in (self.input_embedding, self.target_embedding, self.softmax)}.values():
@@ -431,21 +457,6 @@ class Transformer(TrainableModel):
 
 
 # ====================================================================================== the trainers
-def hparams_from_flags(flags: Any) -> TransformerHParams:
-    return parse_hparams(getattr(flags, "hparams_set", None), getattr(flags, "hparams", None))
-
-
-def trainer_flag_defaults(flags: Any) -> dict[str, Any]:
-    """The trainer flags the hparams set decides (t2t: the set carries the optimizer and batching)."""
-    hp = hparams_from_flags(flags)
-    return {"train_batch_size": hp.batch_size, "max_length": hp.max_length, "batching": "tokens",
-            "optimizer": "adam", "learning_rate": hp.learning_rate_constant,
-            "num_warmup_steps": hp.learning_rate_warmup_steps, "lr_decay": "rsqrt_decay",
-            "lr_hidden_size": hp.hidden_size, "adam_beta1": hp.optimizer_adam_beta1,
-            "adam_beta2": hp.optimizer_adam_beta2, "adam_epsilon": hp.optimizer_adam_epsilon,
-            "weight_decay": hp.weight_decay, "clip_norm": hp.clip_grad_norm}
-
-
 def vocab_from_manifest(manifest: dict | None) -> tuple[int, int, bool]:
     """(input vocab size, target vocab size, shared) from a Text2Text problem's manifest settings."""
     settings = (manifest or {}).get("settings") or {}
@@ -461,15 +472,3 @@ def vocab_from_manifest(manifest: dict | None) -> tuple[int, int, bool]:
             raise ValueError(f"the data's largest {name} id is {feature_max[name]} but its vocabulary has "
                              f"{size} entries")
     return inputs, targets, shared
-
-
-def build_from_flags(flags: Any, manifest: dict | None) -> Transformer:
-    """The `transformer` model the trainers and textrain-decode build by name (docs/CONTRACTS.md)."""
-    from textrain.framework.cli import UserError
-
-    try:
-        hp = hparams_from_flags(flags)
-        inputs, targets, shared = vocab_from_manifest(manifest)
-    except ValueError as e:
-        raise UserError(str(e)) from None
-    return Transformer(hp, inputs, targets, shared_vocab=shared)

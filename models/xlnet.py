@@ -47,6 +47,8 @@ from textrain.models.layers.relative_attention import (PositionwiseFFN, Relative
                                               relative_positional_encoding)
 
 MODEL_KEYS = ("n_layer", "d_model", "n_head", "d_head", "d_inner", "ff_activation", "untie_r", "n_token")
+# Run settings a fine-tuning model leaves at "no memory" (one segment per example).
+PRETRAINING_ONLY = ("mem_len", "reuse_len", "bi_data")
 
 
 @dataclasses.dataclass
@@ -143,6 +145,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     "tiny": dict(n_layer=2, d_model=32, n_head=4, d_head=8, d_inner=64, ff_activation="gelu",
                  untie_r=True, n_token=100, dropout=0.0, dropatt=0.0),
 }
+
+CONFIG_FIELDS = frozenset(f.name for f in dataclasses.fields(XLNetConfig))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -391,6 +395,17 @@ class XLNetPretrainer(TrainableModel):
         self.lm_bias = self.add_weight(name="lm_loss_bias", shape=(config.n_token,), initializer="zeros")
         self.built = True  # every variable exists now: optimizers and checkpoints need no dummy call
 
+    @classmethod
+    def from_settings(cls, *, config_file: str | None = None, seq_len: int | None = None,
+                      num_predict: int | None = None, d_embed: int | None = None, manifest: dict | None = None,
+                      **settings: Any) -> "XLNetPretrainer":
+        """The one constructor (every trainer builds the model through it), in train_gpu.py's names:
+        XLNetConfig fields given as settings (`pretraining_config`), checked against the data manifest
+        with `seq_len` / `num_predict`. Settings that are not XLNetConfig fields are other families'."""
+        config = pretraining_config(config_file, settings, manifest, d_embed)
+        check_against_manifest(config, manifest, seq_len, num_predict)
+        return cls(config, name="model")
+
     def initial_state(self, batch_size: int) -> dict[str, tf.Tensor]:
         c = self.config
         if c.mem_len == 0:
@@ -499,21 +514,20 @@ class XLNetClassifier(ClassifierModel):
         return {n: backing_variable(v) for n, v in names.items()}
 
     @classmethod
-    def from_settings(cls, *, num_labels: int, task_type: str = "classification", size: str | None = None,
+    def from_settings(cls, *, num_labels: int | None = None, task_type: str | None = None, size: str | None = None,
                       config_file: str | None = None, overrides: dict | None = None,
-                      manifest: dict | None = None, task_name: str = "") -> "XLNetClassifier":
-        """The fine-tuning entry: a preset (base, large, tiny) or an xlnet_config.json, plus overrides
-        (model keys and run settings such as dropout)."""
-        config = config_from_settings(size, config_file, overrides, manifest)
+                      manifest: dict | None = None, task_name: str | None = None, **settings: Any) -> "XLNetClassifier":
+        """The one constructor: a preset (base, large, tiny) or an xlnet_config.json, then XLNetConfig
+        fields given as settings (the trainers' flags) and `overrides` (model keys and run settings such
+        as dropout); label count, task type and head scope name default to the data manifest's. No
+        memory: fine-tuning reads one segment per example. Other settings are not XLNet's."""
+        task_type = task_type or task_type_from_manifest(manifest)
+        num_labels = num_labels_from_manifest(manifest, task_type) if num_labels is None else num_labels
+        if task_name is None:
+            task_name = str((manifest or {}).get("problem", ""))
+        fields = {k: v for k, v in settings.items() if k in CONFIG_FIELDS and k not in PRETRAINING_ONLY}
+        config = config_from_settings(size, config_file, {**fields, **(overrides or {})}, manifest)
         return cls(config, num_labels=num_labels, task_type=task_type, task_name=task_name)
-
-    @classmethod
-    def build_from_flags(cls, flags, manifest: dict | None) -> "XLNetClassifier":
-        """textrain-train-gpu --model=xlnet_classifier: model keys from the flags, labels from the manifest."""
-        config = dataclasses.replace(config_from_flags(flags, manifest), mem_len=0, reuse_len=0, bi_data=False)
-        task_type = task_type_from_manifest(manifest)
-        return cls(config, num_labels=num_labels_from_manifest(manifest, task_type), task_type=task_type,
-                   task_name=str((manifest or {}).get("problem", "")))
 
 
 def config_from_settings(size: str | None, config_file: str | None, overrides: dict | None,
@@ -533,72 +547,43 @@ def config_from_settings(size: str | None, config_file: str | None, overrides: d
     return XLNetConfig(**{**values, **overrides, **run})
 
 
-# ----------------------------------------------------------------------------------------------
-# Construction from the trainers' flags
-
-
-def _flag(flags, name: str, default=None):
-    value = getattr(flags, name, None)
-    return default if value is None else value
-
-
-def config_from_flags(flags, manifest: dict | None = None) -> XLNetConfig:
-    """Model keys from `--model_config_path` (xlnet_config.json) if given, else from the flags of
-    the same names, an unset one taking the released base config's value (gelu, untie_r; the
-    original train_gpu.py defaults relu/tied); run settings from the flags, falling back to the
-    data manifest's settings (reuse_len, bi_data, vocab_size) and then the original defaults."""
+def pretraining_config(config_file: str | None, fields: dict[str, Any], manifest: dict | None = None,
+                       d_embed: int | None = None) -> XLNetConfig:
+    """Model keys from `config_file` (xlnet_config.json) if given, else from `fields`, a missing one
+    taking the released base config's value (gelu, untie_r; the original train_gpu.py defaults
+    relu/tied); run settings from `fields`, falling back to the data manifest's settings (reuse_len,
+    bi_data, vocab_size) and then the original defaults."""
     settings = (manifest or {}).get("settings", {})
-    run = dict(
-        mem_len=int(_flag(flags, "mem_len", 0)),
-        reuse_len=int(_flag(flags, "reuse_len", 0) or settings.get("reuse_len", 0)),
-        bi_data=bool(_flag(flags, "bi_data", settings.get("bi_data", False))),
-        clamp_len=int(_flag(flags, "clamp_len", -1)),
-        same_length=bool(_flag(flags, "same_length", False)),
-        attn_type=str(_flag(flags, "attn_type", "bi")),
-        dropout=float(_flag(flags, "dropout", 0.1)),
-        dropatt=float(_flag(flags, "dropatt", 0.1)),
-        init=str(_flag(flags, "init", "normal")),
-        init_std=float(_flag(flags, "init_std", 0.02)),
-        init_range=float(_flag(flags, "init_range", 0.1)),
-        recompute=bool(_flag(flags, "recompute", False)),
-    )
-    path = _flag(flags, "model_config_path", None)
-    if path:
-        return XLNetConfig.from_json(path, **run)
+    run = {k: v for k, v in fields.items() if k in CONFIG_FIELDS and k not in MODEL_KEYS}
+    run["reuse_len"] = int(run.get("reuse_len") or settings.get("reuse_len", 0))
+    run.setdefault("bi_data", bool(settings.get("bi_data", False)))
+    if config_file:
+        return XLNetConfig.from_json(config_file, **run)
     base = PRESETS["base"]
-    vocab = _flag(flags, "n_token", settings.get("vocab_size", settings.get("n_token", base["n_token"])))
-    model = {k: _flag(flags, k, base[k]) for k in MODEL_KEYS if k != "n_token"}
+    vocab = fields.get("n_token", settings.get("vocab_size", settings.get("n_token", base["n_token"])))
+    model = {k: fields.get(k, base[k]) for k in MODEL_KEYS if k != "n_token"}
     config = XLNetConfig(**model, n_token=int(vocab), **run)
-    d_embed = _flag(flags, "d_embed", None)
     if d_embed is not None and int(d_embed) != config.d_model:
         logging.warning("--d_embed=%s is ignored (as in the original XLNet): embeddings are d_model=%d wide",
                         d_embed, config.d_model)
     return config
 
 
-def check_against_manifest(config: XLNetConfig, flags, manifest: dict | None) -> None:
+def check_against_manifest(config: XLNetConfig, manifest: dict | None, seq_len: int | None = None,
+                           num_predict: int | None = None) -> None:
     """Refuse settings that disagree with how the data was made (seq_len, reuse_len, bi_data,
     num_predict), and a vocabulary larger than the model's."""
     if not manifest:
         return
-    from textrain.framework.problem import check_settings
+    from textrain.framework.manifests import check_settings
 
-    expected = {"reuse_len": config.reuse_len or None, "bi_data": config.bi_data}
-    for key in ("seq_len", "num_predict"):
-        value = _flag(flags, key, None)
-        expected[key] = int(value) if value else None
+    expected = {"reuse_len": config.reuse_len or None, "bi_data": config.bi_data,
+                "seq_len": int(seq_len) if seq_len else None, "num_predict": int(num_predict) if num_predict else None}
     check_settings(manifest, expected, source="flags")
     settings = manifest.get("settings", {})
-    seq_len = settings.get("seq_len", expected.get("seq_len"))
-    if seq_len and config.reuse_len > int(seq_len):
-        raise ValueError(f"--reuse_len={config.reuse_len} exceeds the data's seq_len={seq_len}")
+    data_seq_len = settings.get("seq_len", expected.get("seq_len"))
+    if data_seq_len and config.reuse_len > int(data_seq_len):
+        raise ValueError(f"--reuse_len={config.reuse_len} exceeds the data's seq_len={data_seq_len}")
     vocab = settings.get("vocab_size")
     if vocab and int(vocab) > config.n_token:
         raise ValueError(f"the data's vocab_size {vocab} exceeds the model's n_token {config.n_token}")
-
-
-def build_from_flags(flags, manifest: dict | None = None) -> XLNetPretrainer:
-    """The trainers' entry point (docs/CONTRACTS.md): flags named as the original train_gpu.py."""
-    config = config_from_flags(flags, manifest)
-    check_against_manifest(config, flags, manifest)
-    return XLNetPretrainer(config, name="model")

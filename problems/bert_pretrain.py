@@ -57,13 +57,13 @@ Decisions that differ from the original, on purpose:
   80/10/10 decision is one uniform draw split at 0.8/0.9 instead of two draws. The bytes differ from
   the original's (they would anyway: the sharding differs); the statistics do not.
 - Seeds: both the original's `random_seed` and the driver's `--seed` are folded into the shard's
-  generators (`framework.problem.shard_rng`), so either one changes the data, and the same pair gives
+  generators (`framework.generator.shard_rng`), so either one changes the data, and the same pair gives
   byte-identical shards whatever the number of workers.
 - A dev split is optional: with `dev_fraction` f > 0, document i (in corpus order) is held out when
   floor((i + 1) f) > floor(i f), i.e. exactly floor(N f) documents spread evenly; default 0 (train only,
   as the original).
 - Vocabulary: `vocab_file=""` builds a WordPiece vocab of at most `vocab_size` tokens from the input
-  (framework.text_encoders.build_wordpiece_vocab) into `{data_dir}/bert_pretrain/vocab.txt`, reused on
+  (framework.encoders.build_wordpiece_vocab) into `{data_dir}/bert_pretrain/vocab.txt`, reused on
   re-runs. The manifest records the real size and the vocab's sha256.
 
 Speed (issue #12; benchmarks/bench_bert_datagen.py, figures in benchmarks/README.md). The shards are
@@ -95,11 +95,12 @@ import numpy as np
 from absl import logging
 
 from textrain.framework import corpus, records, word_segmenters
-from textrain.framework.flags import help_text
+from textrain.framework.generator import shard_np_rng, shard_rng
 from textrain.framework.lazy_tf import tf
-from textrain.framework.problem import shard_np_rng, shard_rng
 from textrain.framework.registry import register_problem
+from textrain.framework.settings import help_text
 from textrain.framework.text_problems import WordpieceCorpusProblem, document_selector
+from textrain.framework.truncation import truncate_seq_pair
 
 CLS, SEP, MASK = "[CLS]", "[SEP]", "[MASK]"
 RANDOM_NEXT_PROB = 0.5          # probability that B comes from another document
@@ -110,7 +111,7 @@ MASKING_BATCH = 256             # pairs masked together (numpy); bounds memory, 
 
 
 def _setting(default: Any, text: str, **accepts: Any) -> Any:
-    """A settings field whose help text and accepted values (framework.flags.help_text) become the flag's."""
+    """A settings field whose help text and accepted values (framework.settings.help_text) become the flag's."""
     return dataclasses.field(default=default, metadata=help_text(text, **accepts))
 
 
@@ -143,7 +144,7 @@ class BertPretrainHParams:
 
     def validate(self) -> None:
         """Relations between settings (each field's own range is declared above and checked by
-        framework.flags.validate_settings first), naming the flags.
+        framework.settings.validate_settings first), naming the flags.
 
         Masked positions are chosen among the tokens of `[CLS] A [SEP] B [SEP]` other than the three
         specials (create_pretraining_data's candidates), so at most max_seq_length - 3 positions can
@@ -260,28 +261,6 @@ def sample_target_length(max_num_tokens: int, short_seq_prob: float, rng: random
     if rng.random() < short_seq_prob:
         return randint(rng.getrandbits, 2, max_num_tokens)
     return max_num_tokens
-
-
-def truncate_seq_pair(len_a: int, len_b: int, max_num_tokens: int,
-                      rng: random.Random) -> tuple[int, int, int, int]:
-    """Cuts (a_front, a_back, b_front, b_back) that bring len_a + len_b to <= max_num_tokens.
-
-    The original removes one token at a time from the longer side (B on a tie), from the front or
-    the back with probability 1/2 each. Which side loses each token does not depend on chance, so the
-    per-side counts are computed directly: the longer side loses tokens until the two are equal, then
-    B and A alternate (B first). Each side's front count is then Binomial(cut, 1/2), drawn as the
-    popcount of `cut` random bits (one rng call instead of one per token; the same distribution).
-    """
-    excess = len_a + len_b - max_num_tokens
-    if excess <= 0:
-        return 0, 0, 0, 0
-    first = min(excess, abs(len_a - len_b))
-    rest = excess - first
-    cut_a = (first if len_a > len_b else 0) + rest // 2
-    cut_b = (first if len_a <= len_b else 0) + rest - rest // 2
-    a_front = rng.getrandbits(cut_a).bit_count() if cut_a else 0
-    b_front = rng.getrandbits(cut_b).bit_count() if cut_b else 0
-    return a_front, cut_a - a_front, b_front, cut_b - b_front
 
 
 def _random_next_span(documents: Sequence[TokenizedDocument], document_index: int, target_b_length: int,

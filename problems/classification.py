@@ -36,9 +36,9 @@ from typing import ClassVar, Iterator
 
 import numpy as np
 
-from textrain.framework import fileio, records
-from textrain.framework.cli import UserError
-from textrain.framework.flags import help_text
+from textrain.framework import fileio
+from textrain.framework.errors import UserError
+from textrain.framework.settings import help_text
 from textrain.framework.lazy_tf import tf
 from textrain.framework.problem import DatasetSplit
 from textrain.framework.tasks import FinetuneTask, tokenizer_file
@@ -182,7 +182,7 @@ class ClassificationProblem(FinetuneTask):
             path = self.labels_path(data_dir)
             if not fileio.exists(path):
                 raise FileNotFoundError(f"{path} does not exist: run textrain-datagen (prepare) first")
-            self._labels = list(records.read_json(path)["labels"])
+            self._labels = list(fileio.read_json(path)["labels"])
         return self._labels
 
     # ------------------------------------------------------------------ generation side
@@ -203,7 +203,7 @@ class ClassificationProblem(FinetuneTask):
             self.split_paths(split)
         labels = self.decide_labels()
         fileio.makedirs(self.problem_dir(data_dir))
-        records.write_json_atomic(self.labels_path(data_dir), {"labels": labels, "task_type": self.task_type})
+        fileio.write_json_atomic(self.labels_path(data_dir), {"labels": labels, "task_type": self.task_type})
         self._labels = labels
 
     def manifest_settings(self, data_dir: str) -> dict:

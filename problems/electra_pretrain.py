@@ -28,11 +28,11 @@ Semantics kept from the original `ExampleBuilder` (facts, re-implemented):
 Decisions that differ from the original, on purpose:
 - Determinism and parallelism: the original shuffles its file list with an unseeded `random` and parallelises per
   input file only. Here documents go round-robin to the split's shards (document i -> shard i % num_shards); each
-  shard runs its own builder seeded by `framework.problem.shard_rng(seed, split, shard)`. The same seed and corpus
+  shard runs its own builder seeded by `framework.generator.shard_rng(seed, split, shard)`. The same seed and corpus
   give byte-identical shards whatever the number of workers.
 - Splits: with `dev_fraction` f > 0, exactly floor(N f) documents, spread evenly, form the dev split (bert_pretrain's
   rule); the original has no held-out split, and f = 0 (the default) makes none.
-- `strip_accents=False` with lower-casing needs an encoder option framework.text_encoders does not offer (it always
+- `strip_accents=False` with lower-casing needs an encoder option framework.encoders does not offer (it always
   strips when lower-casing, as BERT does); that combination is refused up front rather than silently ignored.
 - The manifest records the vocab's real size, its sha256, and the ids of [PAD] [CLS] [SEP] [MASK]: the model masks
   in the graph and reads them from there (a vocab built here has them at 0-4, Google's at 0/101/102/103).
@@ -52,7 +52,6 @@ Decisions that differ from the original, on purpose:
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import itertools
 import random
 from typing import Any, Callable, Iterable, Iterator, Sequence
@@ -60,11 +59,12 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 import numpy as np
 from absl import logging
 
-from textrain.framework import corpus, records, text_encoders, word_segmenters
-from textrain.framework.flags import help_text
+from textrain.framework import corpus, records, word_segmenters
+from textrain.framework.generator import shard_rng
 from textrain.framework.lazy_tf import tf
-from textrain.framework.problem import DatasetSplit, ModeKeys, shard_rng
+from textrain.framework.problem import DatasetSplit, ModeKeys
 from textrain.framework.registry import register_problem
+from textrain.framework.settings import help_text
 from textrain.framework.text_problems import WordpieceCorpusProblem, document_selector
 
 # Probabilities and constants of the original builder (build_pretraining_dataset.py).
@@ -496,7 +496,7 @@ class ElectraPretrainHParams:
 
     def validate(self) -> None:
         """Relations between settings, naming the flags (each field's own range is declared above and
-        checked first by framework.flags.validate_settings)."""
+        checked first by framework.settings.validate_settings)."""
         checks = [
             (self.vocab_size > 5 or bool(self.vocab_file),
              f"--vocab_size must be > 5 to build a vocab, got {self.vocab_size}"),
@@ -504,17 +504,14 @@ class ElectraPretrainHParams:
              f"--word_segmenter must be one of {word_segmenters.SEGMENTERS} or empty, got {self.word_segmenter!r}"),
             (not self.word_segmenter or self.do_whole_word_mask,
              "--word_segmenter only decides the groups of whole-word masking: add --do_whole_word_mask"),
-            (self.strip_accents or not self.do_lower_case or _encoder_has_strip_accents(),
-             "--nostrip_accents with --do_lower_case is not supported by framework.text_encoders."
+            # WordpieceEncoder always strips accents when lower-casing (BERT's BasicTokenizer does).
+            (self.strip_accents or not self.do_lower_case,
+             "--nostrip_accents with --do_lower_case is not supported by framework.encoders."
              "WordpieceEncoder (it always strips accents when lower-casing, as BERT's tokenizer)"),
         ]
         for ok, message in checks:
             if not ok:
                 raise ValueError(message)
-
-
-def _encoder_has_strip_accents() -> bool:
-    return "strip_accents" in inspect.signature(text_encoders.WordpieceEncoder).parameters
 
 
 @register_problem
@@ -538,9 +535,6 @@ class ElectraPretrain(WordpieceCorpusProblem):
         if getattr(self, "_spans", None) is None:
             self._spans = corpus.DocumentSpans()
         return self._spans
-
-    def encoder_kwargs(self) -> dict:
-        return {"strip_accents": self.hparams.strip_accents} if _encoder_has_strip_accents() else {}
 
     def feature_encoders(self, data_dir: str) -> dict[str, Any]:
         return {"input_ids": self.encoder(data_dir)}

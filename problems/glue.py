@@ -36,7 +36,7 @@ import os
 from typing import ClassVar
 
 from textrain.framework import fileio
-from textrain.framework.cli import UserError
+from textrain.framework.errors import UserError
 from textrain.framework.problem import DatasetSplit
 from textrain.framework.registry import register_problem
 from textrain.problems.classification import ClassificationHParams, ClassificationProblem, setting

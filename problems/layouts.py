@@ -15,27 +15,19 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from textrain.framework import text_encoders
+from textrain.framework import encoders
+from textrain.framework.truncation import truncate_seq_pair
 
 # XLNet classifier_utils.py segment ids.
 XLNET_SEG_A, XLNET_SEG_B, XLNET_SEG_CLS, XLNET_SEG_PAD = 0, 1, 2, 4
 
 
-def truncate_seq_pair(tokens_a: list, tokens_b: list, max_length: int) -> None:
-    """In place: drop one token at a time from the end of the longer list (B on a tie) until the
-    pair fits in `max_length` (run_classifier.py's _truncate_seq_pair)."""
-    while len(tokens_a) + len(tokens_b) > max_length:
-        if len(tokens_a) > len(tokens_b):
-            tokens_a.pop()
-        else:
-            tokens_b.pop()
-
-
 def _truncate(ids_a: Sequence[int], ids_b: Sequence[int] | None,
               max_seq_length: int) -> tuple[list[int], list[int]]:
     a, b = list(ids_a), list(ids_b or [])
-    if b:
-        truncate_seq_pair(a, b, max_seq_length - 3)
+    if b:  # run_classifier.py's _truncate_seq_pair: every cut from the end
+        _, a_back, _, b_back = truncate_seq_pair(len(a), len(b), max_seq_length - 3)
+        a, b = a[:len(a) - a_back], b[:len(b) - b_back]
     else:
         a = a[:max_seq_length - 2]
     return a, b
@@ -56,8 +48,8 @@ def bert_layout(ids_a: Sequence[int], ids_b: Sequence[int] | None, max_seq_lengt
 
 
 def xlnet_layout(ids_a: Sequence[int], ids_b: Sequence[int] | None, max_seq_length: int,
-                 cls_id: int = text_encoders.XLNET_SPECIAL_IDS["<cls>"],
-                 sep_id: int = text_encoders.XLNET_SPECIAL_IDS["<sep>"]) -> dict[str, list]:
+                 cls_id: int = encoders.XLNET_SPECIAL_IDS["<cls>"],
+                 sep_id: int = encoders.XLNET_SPECIAL_IDS["<sep>"]) -> dict[str, list]:
     """`A <sep> B <sep> <cls>`, LEFT-padded with id 0; float input_mask 1 = padding, 0 = real."""
     a, b = _truncate(ids_a, ids_b, max_seq_length)
     input_ids = a + [sep_id]

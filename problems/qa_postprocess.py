@@ -38,8 +38,7 @@ import re
 import string
 from typing import Any, Iterable, Mapping, Sequence
 
-from textrain.framework import fileio, text_encoders
-from textrain.framework.lazy_tf import tf
+from textrain.framework import encoders, fileio
 
 # ----------------------------------------------------------------------------------------------- #
 # Official metrics
@@ -205,7 +204,7 @@ def get_final_text(pred_text: str, orig_text: str, do_lower_case: bool) -> str:
     `pred_text` covers, as bert's get_final_text: BERT-basic-tokenise `orig_text`, find `pred_text`
     in it, and map the character span back through the space-free alignment of both. When the two
     do not align (normalisation changed the length) the whole `orig_text` is returned."""
-    tok_text = " ".join(text_encoders.bert_basic_tokenize(orig_text, do_lower_case))
+    tok_text = " ".join(encoders.bert_basic_tokenize(orig_text, do_lower_case))
     start = tok_text.find(pred_text)
     if start == -1:
         return orig_text

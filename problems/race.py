@@ -26,10 +26,10 @@ from typing import Any, Iterator
 import numpy as np
 
 from textrain.framework import fileio
-from textrain.framework.flags import help_text
 from textrain.framework.lazy_tf import tf
 from textrain.framework.problem import DatasetSplit
 from textrain.framework.registry import register_problem
+from textrain.framework.settings import help_text
 from textrain.framework.tasks import FinetuneTask, check_tokenizer
 
 SEG_A, SEG_B, SEG_CLS, SEG_PAD = 0, 1, 2, 3

@@ -51,11 +51,11 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 from absl import logging
 
-from textrain.framework import fileio, records, text_encoders
-from textrain.framework.flags import help_text
+from textrain.framework import encoders, fileio
 from textrain.framework.lazy_tf import tf
 from textrain.framework.problem import DatasetSplit, ModeKeys
 from textrain.framework.registry import register_problem
+from textrain.framework.settings import help_text
 from textrain.framework.tasks import FinetuneTask, check_tokenizer
 from textrain.problems import qa_postprocess
 
@@ -186,7 +186,7 @@ def _answer_word_span(example: dict, offsets: list[int], words: list[str]) -> tu
     return first, last
 
 
-def wordpiece_features(example: dict, example_index: int, encoder: text_encoders.WordpieceEncoder,
+def wordpiece_features(example: dict, example_index: int, encoder: encoders.WordpieceEncoder,
                        max_seq_length: int, doc_stride: int, max_query_length: int, training: bool
                        ) -> tuple[list[dict], dict] | None:
     """(records, sidecar entry) of one question, or None when a training question's answer is not in
@@ -337,7 +337,7 @@ def align_pieces(context: str, pieces: Sequence[str], uncased: bool
                  ) -> tuple[list[int], list[int], list[int | None], list[int]] | None:
     """(piece -> first raw char, piece -> last raw char, raw char -> pieces-text char, pieces-text
     char -> piece) or None when under 80 % of the raw characters align."""
-    cat = "".join(pieces).replace(text_encoders.SPIECE_UNDERLINE, " ")
+    cat = "".join(pieces).replace(encoders.SPIECE_UNDERLINE, " ")
     chartok_to_tok, starts, ends = [], [], []
     count = 0
     for i, piece in enumerate(pieces):
@@ -345,7 +345,7 @@ def align_pieces(context: str, pieces: Sequence[str], uncased: bool
         starts.append(count)
         count += len(piece)
         ends.append(count - 1)
-    norm = [text_encoders.xlnet_preprocess_text(ch, lower=uncased, remove_space=False) for ch in context]
+    norm = [encoders.xlnet_preprocess_text(ch, lower=uncased, remove_space=False) for ch in context]
     raw_to_tok, tok_to_raw, score = lcs_alignment(context, cat, lambda i, j: norm[i] == cat[j])
     n = len(context)
     if not n or all(v is None for v in raw_to_tok) or score < 0.8 * n:
@@ -355,7 +355,7 @@ def align_pieces(context: str, pieces: Sequence[str], uncased: bool
     return start_orig, end_orig, raw_to_tok, chartok_to_tok
 
 
-def sentencepiece_features(example: dict, example_index: int, encoder: text_encoders.SentencePieceEncoder,
+def sentencepiece_features(example: dict, example_index: int, encoder: encoders.SentencePieceEncoder,
                            max_seq_length: int, doc_stride: int, max_query_length: int, training: bool,
                            alignment: tuple | None = None) -> tuple[list[dict], dict] | None:
     """(records, sidecar entry) of one question in XLNet's layout, or None when the pieces do not
@@ -542,7 +542,7 @@ class SquadProblem(FinetuneTask):
             return
         path = os.path.join(self.problem_dir(data_dir), self.sidecar_filename(split))
         lines = [json.dumps(entry, ensure_ascii=False) for _, entry in self.featurize(split)]
-        records.write_text_atomic(path, "\n".join(lines) + "\n")
+        fileio.write_text_atomic(path, "\n".join(lines) + "\n")
         manifest["sidecar"] = {"file": os.path.basename(path), "num_questions": len(lines)}
 
     # ---------------------------------------------------------------- reading

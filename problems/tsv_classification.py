@@ -22,7 +22,7 @@ import dataclasses
 from typing import ClassVar, Iterator
 
 from textrain.framework import corpus
-from textrain.framework.cli import UserError
+from textrain.framework.errors import UserError
 from textrain.framework.problem import DatasetSplit
 from textrain.framework.registry import register_problem
 from textrain.framework.text_problems import is_dev_document

@@ -13,7 +13,7 @@ from typing import Iterator, Sequence
 from absl import logging
 
 from textrain.framework import corpus
-from textrain.framework.cli import UserError
+from textrain.framework.errors import UserError
 
 BAD_ROW_POLICIES = ("error", "skip")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 
-from textrain.framework import text_encoders
+from textrain.framework import encoders
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 EMMA = os.path.join(TESTS, "data", "austen_emma.txt")
@@ -19,7 +19,7 @@ indulgent father highbury mr knightley harriet weston frank churchill jane fairf
 
 
 def write_vocab(path: str) -> str:
-    tokens = list(text_encoders.BERT_SPECIAL_TOKENS) + sorted(set(WORDS))
+    tokens = list(encoders.BERT_SPECIAL_TOKENS) + sorted(set(WORDS))
     with open(path, "w") as f:
         f.write("\n".join(tokens) + "\n")
     return path
@@ -32,8 +32,8 @@ def emma_lines(n: int = 3000) -> list[str]:
 
 def train_spm(prefix: str) -> str:
     lines = emma_lines() + [p["context"] for p in PARAGRAPHS] + [q[0] for p in PARAGRAPHS for q in p["qas"]]
-    return text_encoders.train_sentencepiece(iter(lines), prefix, vocab_size=800, num_threads=1,
-                                             hard_vocab_limit=False)
+    return encoders.train_sentencepiece(iter(lines), prefix, vocab_size=800, num_threads=1,
+                                        hard_vocab_limit=False)
 
 
 # Hand-made paragraphs (texts from Emma, and run_squad.py's own examples), with answers.

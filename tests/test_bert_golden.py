@@ -4,7 +4,7 @@ How the hashes were made: this file was copied into an export of commit 13ae266 
 branch point of sp-wp, before the WordPiece and datagen speed-up) and `python3 tests/test_bert_golden.py`
 was run there; it prints GOLDEN (the first 16 hex digits of each shard's sha256, train shards in order,
 then dev), which is pasted below. Why golden hashes rather than the old code kept alive as the reference:
-the old path spans text_encoders.py, corpus.py, records.py and this problem; a second copy of it in the
+the old path spans encoders.py, corpus.py, records.py and this problem; a second copy of it in the
 tests would freeze four modules' internals, whereas the hashes pin exactly what matters (the files a user
 gets). The ids themselves are checked against the original tokenizer in tests/test_text_encoders.py.
 

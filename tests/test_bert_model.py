@@ -1,4 +1,4 @@
-"""BERT: config files, pretraining heads and their Terms, TF1 checkpoint import, build_from_flags."""
+"""BERT: config files, pretraining heads and their Terms, TF1 checkpoint import, building from the trainer flags."""
 import json
 import types
 
@@ -8,9 +8,10 @@ import tensorflow as tf
 
 from textrain.framework import registry
 from textrain.models import bert
-from textrain.models.bert import BertClassifier, BertConfig, BertPretrainer, build_from_flags
+from textrain.models.bert import BertClassifier, BertConfig, BertPretrainer
 from textrain.models.checkpoints import CheckpointMismatchError, write_tf1_checkpoint
 from textrain.trainers import core  # noqa: E402
+from textrain.trainers.flags import model_settings_from_flags
 
 # The released uncased_L-12_H-768_A-12/bert_config.json, with the extra key some releases carry.
 ORIGINAL_CONFIG = """{
@@ -261,6 +262,11 @@ def test_classifier_step_output_weights_padding_examples():
     assert out.losses["classification"].count.numpy() == 1.0
     lp = _log_softmax(model(f).numpy().astype(np.float64))
     np.testing.assert_allclose(out.losses["classification"].total.numpy(), -lp[0, 1], rtol=1e-5)
+
+
+def build_from_flags(flags, manifest):
+    """As the trainers build `--model=bert`: the flags' settings, the one constructor."""
+    return BertPretrainer.from_settings(manifest=manifest, **model_settings_from_flags(flags))
 
 
 def test_build_from_flags(tmp_path):

@@ -16,9 +16,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from textrain.framework import corpus, records, registry, text_encoders
+from textrain.framework import corpus, encoders, records, registry
 from textrain.framework.problem import DataParams, ModeKeys
 from textrain.framework.text_problems import is_dev_document
+from textrain.framework.truncation import truncate_seq_pair
 from textrain.problems import bert_pretrain as bp
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -33,12 +34,12 @@ PREDS = 10
 @pytest.fixture(scope="module")
 def vocab_file(tmp_path_factory) -> str:
     path = str(tmp_path_factory.mktemp("vocab") / "vocab.txt")
-    return text_encoders.build_wordpiece_vocab(EMMA, vocab_size=1500, out_file=path)
+    return encoders.build_wordpiece_vocab(EMMA, vocab_size=1500, out_file=path)
 
 
 @pytest.fixture(scope="module")
 def encoder(vocab_file):
-    return text_encoders.WordpieceEncoder(vocab_file)
+    return encoders.WordpieceEncoder(vocab_file)
 
 
 @pytest.fixture(scope="module")
@@ -360,13 +361,25 @@ def test_truncate_seq_pair():
     fronts = backs = 0
     for _ in range(3000):
         la, lb = rng.randint(1, 90), rng.randint(1, 90)
-        a_front, a_back, b_front, b_back = bp.truncate_seq_pair(la, lb, 61, rng)
+        a_front, a_back, b_front, b_back = truncate_seq_pair(la, lb, 61, rng)
         assert min(a_front, a_back, b_front, b_back) >= 0
         kept = (la - a_front - a_back, lb - b_front - b_back)
         assert kept == _original_truncation_lengths(la, lb, 61)
         fronts += a_front + b_front
         backs += a_back + b_back
     assert abs(fronts / (fronts + backs) - 0.5) < 0.02  # front or back with probability 1/2
+
+
+def test_truncate_seq_pair_without_rng_cuts_the_ends_as_run_classifier():
+    """run_classifier.py's _truncate_seq_pair pops from the end of the longer list (B on a tie)."""
+    for la in range(0, 40):
+        for lb in range(0, 40):
+            a, b = list(range(la)), list(range(lb))
+            while len(a) + len(b) > 29:  # the original's loop, on lists
+                (a if len(a) > len(b) else b).pop()
+            a_front, a_back, b_front, b_back = truncate_seq_pair(la, lb, 29)
+            assert (a_front, b_front) == (0, 0)
+            assert (list(range(la - a_back)), list(range(lb - b_back))) == (a, b)
 
 
 def test_put_back_covers_every_sentence_once():
@@ -503,7 +516,7 @@ def test_through_the_driver(vocab_file, tmp_path):
     vocab_lines = open(vocab_path).read().split()
     settings = manifest["settings"]
     assert settings["vocab_size"] == len(vocab_lines) <= 800
-    assert settings["vocab_fingerprint"] == text_encoders.sha256_of_file(vocab_path)
+    assert settings["vocab_fingerprint"] == encoders.sha256_of_file(vocab_path)
     for key in ("max_seq_length", "max_predictions_per_seq", "do_lower_case", "do_whole_word_mask",
                 "masked_lm_prob", "dupe_factor"):
         assert key in settings

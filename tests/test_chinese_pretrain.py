@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from textrain.framework import corpus, text_encoders, word_segmenters
+from textrain.framework import corpus, encoders, word_segmenters
 from textrain.problems import bert_pretrain as bp
 
 jieba = pytest.importorskip("jieba")
@@ -31,12 +31,12 @@ SEQ, PREDS = 64, 10
 def vocab_file(tmp_path_factory) -> str:
     path = str(tmp_path_factory.mktemp("zh_vocab") / "vocab.txt")
     lines = [l for d in corpus.read_documents([TANG]) for l in d] + MIXED * 2  # MIXED's words: not [UNK]
-    return text_encoders.build_wordpiece_vocab(iter(lines), vocab_size=1500, out_file=path)
+    return encoders.build_wordpiece_vocab(iter(lines), vocab_size=1500, out_file=path)
 
 
 @pytest.fixture(scope="module")
 def encoder(vocab_file):
-    return text_encoders.WordpieceEncoder(vocab_file)
+    return encoders.WordpieceEncoder(vocab_file)
 
 
 def reference_groups(line: str) -> list[int]:
@@ -46,7 +46,7 @@ def reference_groups(line: str) -> list[int]:
     for word in _SEGMENT(line):
         run = 0
         for char in word + "\0":
-            if text_encoders._is_cjk(ord(char)):
+            if encoders.is_cjk(ord(char)):
                 run += 1
             elif run:
                 groups.append(run)
@@ -83,7 +83,7 @@ def test_ids_unchanged_and_groups_follow_the_segmenter(encoder):
             assert tokens[:2] == ["[UNK]", "[UNK]"]  # (the only [UNK]s of these lines: both CJK characters)
         else:
             assert "[UNK]" not in tokens, (line, tokens)
-        cjk_token = [len(t) == 1 and text_encoders._is_cjk(ord(t)) or t == "[UNK]" for t in tokens]
+        cjk_token = [len(t) == 1 and encoders.is_cjk(ord(t)) or t == "[UNK]" for t in tokens]
         sizes, run = [], 0
         for is_cjk, c in zip(cjk_token, cont):
             if is_cjk and c:
@@ -117,7 +117,7 @@ def test_without_a_segmenter_the_shards_are_byte_identical_to_before(tmp_path):
     segmenter only ever groups CJK characters)."""
     import hashlib
     emma = os.path.join(HERE, "data", "austen_emma.txt")
-    vocab = text_encoders.build_wordpiece_vocab(emma, vocab_size=800, out_file=str(tmp_path / "vocab.txt"))
+    vocab = encoders.build_wordpiece_vocab(emma, vocab_size=800, out_file=str(tmp_path / "vocab.txt"))
     runs = [(False, ""), (True, ""), (True, "jieba")]
     for wwm, segmenter in runs:
         problem = bp.BertPretrain(bp.BertPretrainHParams(
@@ -168,7 +168,7 @@ def masked_word_statistics(records_file: str, encoder) -> tuple[float, int, floa
                 pos = start
                 for word in _SEGMENT("".join(segment)):
                     span = range(pos, pos + len(word))
-                    if len(word) > 1 and all(text_encoders._is_cjk(ord(c)) for c in word):
+                    if len(word) > 1 and all(encoders.is_cjk(ord(c)) for c in word):
                         hit = [q in masked for q in span]
                         total += sum(hit)
                         whole += sum(hit) if all(hit) else 0
@@ -196,7 +196,7 @@ def test_masked_positions_come_in_whole_segmenter_words(tmp_path, request):
              f"--max_predictions_per_seq={PREDS}", "--num_shards=1", "--do_whole_word_mask"]
     wwm = run_datagen(tmp_path, "wwm", "bert_pretrain", *flags, "--word_segmenter=jieba")
     chars = run_datagen(tmp_path, "chars", "bert_pretrain", *flags)
-    encoder = text_encoders.WordpieceEncoder(os.path.join(wwm, "vocab.txt"))
+    encoder = encoders.WordpieceEncoder(os.path.join(wwm, "vocab.txt"))
     shard = "bert_pretrain-train-00000-of-00001.tfrecord"
     share_wwm, n_wwm, frac_wwm = masked_word_statistics(os.path.join(wwm, shard), encoder)
     share_chr, n_chr, frac_chr = masked_word_statistics(os.path.join(chars, shard), encoder)
@@ -235,7 +235,7 @@ def test_electra_records_carry_word_starts_and_the_model_masks_whole_words(tmp_p
     real = with_words["input_mask"].numpy() == 1
     assert 0.2 < (starts[real] == 0).mean() < 0.6  # Tang verse: many two- and three-character words
 
-    encoder = text_encoders.WordpieceEncoder(os.path.join(wwm, "vocab.txt"))
+    encoder = encoders.WordpieceEncoder(os.path.join(wwm, "vocab.txt"))
     special = {t: encoder.special_ids[t] for t in ep.SPECIAL_TOKENS}
     config = electra.ElectraConfig(vocab_size=encoder.vocab_size, hidden_size=32, num_hidden_layers=1,
                                    num_attention_heads=2, intermediate_size=64, max_position_embeddings=SEQ)
@@ -275,13 +275,13 @@ def test_chinese_through_bert_electra_and_xlnet_training(tmp_path):
     for folder, name in ((bert, "bert_pretrain"), (electra, "electra_pretrain")):
         manifest = corpus_manifest(folder, name)
         assert manifest["num_examples"] > 20
-        vocab = text_encoders.WordpieceEncoder(os.path.join(folder, "vocab.txt"))
-        assert sum(len(t) == 1 and text_encoders._is_cjk(ord(t)) for t in vocab.vocab) > 500
+        vocab = encoders.WordpieceEncoder(os.path.join(folder, "vocab.txt"))
+        assert sum(len(t) == 1 and encoders.is_cjk(ord(t)) for t in vocab.vocab) > 500
     assert corpus_manifest(bert, "bert_pretrain")["settings"]["word_segmenter_version"].startswith("jieba")
     # XLNet: a SentencePiece model trained on the poems with XLNet's recipe, then training steps.
     data_dir = os.path.dirname(run_datagen(tmp_path, "xlnet", "xlnet_pretrain", f"--input_file={TANG}",
                                            "--vocab_size=1000", "--num_shards=1", *XLNET_FLAGS))
-    sp = text_encoders.SentencePieceEncoder(os.path.join(data_dir, "xlnet_pretrain", "spiece.model"))
+    sp = encoders.SentencePieceEncoder(os.path.join(data_dir, "xlnet_pretrain", "spiece.model"))
     pieces = sp.tokenize("床前明月光，疑是地上霜。")
     assert sp.decode(sp.encode("床前明月光")) == "床前明月光" and len(pieces) >= 4
     run = tmp_path / "run"

@@ -12,9 +12,9 @@ import pytest
 import tensorflow as tf
 
 from textrain.framework import registry
-from textrain.framework.cli import UserError
+from textrain.framework.encoders import WordpieceEncoder, build_wordpiece_vocab, train_sentencepiece
+from textrain.framework.errors import UserError
 from textrain.framework.problem import DataParams, ModeKeys
-from textrain.framework.text_encoders import WordpieceEncoder, build_wordpiece_vocab, train_sentencepiece
 from textrain.problems import glue, layouts, tsv_classification
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -309,7 +309,7 @@ def test_compute_metrics_per_task_type():
 # XLNet (SentencePiece) records
 # ----------------------------------------------------------------------------------------------- #
 def test_sentencepiece_records_have_xlnet_layout_and_dtypes(tmp_path, spiece):
-    from textrain.framework.text_encoders import SentencePieceEncoder
+    from textrain.framework.encoders import SentencePieceEncoder
     train = _write(tmp_path / "t.tsv", [["s1", "s2", "y"], ["Emma was rich.", "She was clever.", "yes"],
                                         ["Mr. Knightley.", "Her sister.", "no"]])
     hp = tsv_classification.TsvHParams(train_file=train, dev_file=train, text_a_column="s1", text_b_column="s2", label_column="y",

@@ -247,6 +247,7 @@ def test_sample_batch_serializes_like_sample_dicts():
     import numpy as np
 
     from textrain.framework import records
+    from textrain.framework.errors import RecordError
 
     rng = np.random.default_rng(0)
     for high in (2, 300, 1 << 31, 1 << 62):
@@ -256,5 +257,5 @@ def test_sample_batch_serializes_like_sample_dicts():
                                      "w": rng.normal(size=(n, 3)).astype(np.float32)})
         as_lists = [{k: v.tolist() for k, v in s.items()} for s in batch.samples()]
         assert records.serialize_batch(batch) == records.serialize_samples(as_lists)
-    with pytest.raises(records.RecordError, match="empty"):
+    with pytest.raises(RecordError, match="empty"):
         records.SampleBatch({"x": np.zeros((2, 0), np.int64)})

@@ -11,6 +11,7 @@ import tensorflow as tf
 from textrain.models import electra
 from textrain.models.base import weighted_loss
 from textrain.models.checkpoints import write_tf1_checkpoint
+from textrain.trainers.flags import model_settings_from_flags
 
 PAD, CLS, SEP, MASK = 0, 2, 3, 4
 SPECIAL = {"[PAD]": PAD, "[CLS]": CLS, "[SEP]": SEP, "[MASK]": MASK}
@@ -322,21 +323,30 @@ def test_flags_choose_size_objective_vocab_and_special_ids(tmp_path):
 
     manifest = {"settings": {"vocab_size": 120, "max_seq_length": 32, "special_ids": SPECIAL},
                 "feature_max": {"input_ids": 119}}
-    config, _ = electra.config_from_flags(Flags(), manifest)
+    settings = model_settings_from_flags(Flags())
+    generator = {k: settings.get(k) for k in ("generator_hidden_size", "generator_layers", "embedding_size",
+                                              "untied_generator_embeddings")}
+    config, _ = electra.pretraining_config(settings.get("size"), None, None, generator, manifest)
     assert config.vocab_size == 120 and config.hidden_size == 256 and config.generator_config().hidden_size == 128
-    objective = electra.objective_from_flags(Flags(), "large")
-    assert objective.disc_weight == 20.0 and objective.mask_prob == 0.25 and objective.gen_weight == 1.0
 
     config_file = tmp_path / "electra_config.json"
     config_file.write_text('{"vocab_size": 120, "hidden_size": 32, "num_hidden_layers": 1, '
                            '"num_attention_heads": 2, "intermediate_size": 64, "embedding_size": 16}')
     Flags.electra_config_file = str(config_file)
-    model = electra.build_from_flags(Flags(), manifest)
+    model = build_from_flags(Flags(), manifest)
     assert model.special_ids == SPECIAL and model.config.vocab_size == 120
     assert model.config.generator_config().hidden_size == 16 and model.objective.mask_prob == 0.15
+    assert model.objective.disc_weight == 20.0 and model.objective.gen_weight == 1.0
+    Flags.model_size = "large"  # mask_prob not given: the size's (0.25 for large)
+    assert build_from_flags(Flags(), manifest).objective.mask_prob == 0.25
     manifest["feature_max"]["input_ids"] = 500
     with pytest.raises(ValueError, match="vocab_size"):
-        electra.build_from_flags(Flags(), manifest)
+        build_from_flags(Flags(), manifest)
+
+
+def build_from_flags(flags, manifest):
+    """As the trainers build `--model=electra`: the flags' settings, the one constructor."""
+    return electra.ElectraPretrainer.from_settings(manifest=manifest, **model_settings_from_flags(flags))
 
 
 # ------------------------------------------------------------------------------------------------ #

@@ -236,9 +236,9 @@ def test_raw_text_path_makes_the_line_path_s_batches(emma_vocab):
     document_lines (stripped lines): texts whose lines start or end with characters str.strip removes
     (tab, form feed, \\x1c, \\x85, no-break and ideographic spaces, U+2028 / U+2029), blank lines, tiny
     groups and one big group."""
-    from textrain.framework import corpus, text_encoders
+    from textrain.framework import corpus, encoders
 
-    encoder = text_encoders.WordpieceEncoder(emma_vocab)
+    encoder = encoders.WordpieceEncoder(emma_vocab)
     rng = random.Random(7)
     odd = ["\t", "\x0c", "\x1c", "\x85", "\xa0", "\u3000", "\u2028", "\u2029", " ", ""]
     words = ["Emma", "said,", "Mr.", "Knightley", "(who", "was", "there)", "\u00e9t\u00e9", "--", "well"]
@@ -288,7 +288,6 @@ def test_bad_settings_are_named():
         make_problem(dev_fraction=1.5)
     with pytest.raises(ValueError, match="--input_file"):
         ep.ElectraPretrain().input_paths()
-    if not ep._encoder_has_strip_accents():
-        with pytest.raises(ValueError, match="strip_accents"):
-            make_problem(strip_accents=False)
+    with pytest.raises(ValueError, match="strip_accents"):
+        make_problem(strip_accents=False)
     make_problem(strip_accents=False, do_lower_case=False)  # accents only matter when lower-casing

@@ -30,9 +30,9 @@ USR_INIT = '''
 import dataclasses, os, time
 import tensorflow as tf
 from textrain.framework import corpus
-from textrain.framework.flags import help_text
 from textrain.framework.problem import Problem
 from textrain.framework.registry import register_model, register_problem
+from textrain.framework.settings import help_text
 from textrain.models.base import StepOutput, Term, TrainableModel
 
 
@@ -88,9 +88,9 @@ class FaultToyModel(TrainableModel):
             total += tf.sqrt(tf.reduce_sum(self.out.kernel))
         return StepOutput({"ce": Term(total, tf.cast(tf.size(ce), tf.float32))}, {}, state)
 
-
-def build_from_flags(flags, manifest):
-    return FaultToyModel(int(os.environ.get("FAULT_LAYERS", "1")), int(os.environ.get("FAULT_WIDTH", "8")))
+    @classmethod
+    def from_settings(cls, *, manifest=None, **settings):
+        return cls(int(os.environ.get("FAULT_LAYERS", "1")), int(os.environ.get("FAULT_WIDTH", "8")))
 '''
 
 
@@ -371,7 +371,8 @@ def test_declared_ranges_of_every_problem_are_checked_in_one_place():
     (which Problem.__init__ calls, so every CLI gets it)."""
     import dataclasses
 
-    from textrain.framework.flags import SettingsError, help_text, validate_settings
+    from textrain.framework.errors import SettingsError
+    from textrain.framework.settings import help_text, validate_settings
     from textrain.problems.electra_pretrain import ElectraPretrainHParams
     from textrain.problems.translate import TranslateHParams
     from textrain.problems.xlnet_pretrain import XlnetPretrain, XlnetPretrainHParams

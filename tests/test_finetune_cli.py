@@ -32,7 +32,7 @@ def emma_speech_rows() -> list[tuple[str, str]]:
 @pytest.fixture(scope="module")
 def task(tmp_path_factory):
     """train/dev/test TSVs, a WordPiece vocab and a SentencePiece model."""
-    from textrain.framework.text_encoders import build_wordpiece_vocab, train_sentencepiece
+    from textrain.framework.encoders import build_wordpiece_vocab, train_sentencepiece
 
     root = tmp_path_factory.mktemp("ft")
     rows = emma_speech_rows()[:400]

@@ -68,13 +68,13 @@ def test_classifiers_are_registered_and_build_themselves_from_flags():
     for name, cls in (("bert_classifier", BertClassifier), ("electra_classifier", ElectraClassifier),
                       ("xlnet_classifier", XLNetClassifier)):
         assert registry.models.get(name) is cls
-    # train_gpu's model_builder prefers the class's own build_from_flags (the pretrainer's module function
-    # used to win and built a BertPretrainer for --model=bert_classifier).
-    from textrain.trainers.train_gpu import model_builder
+    # As train_gpu builds --model=bert_classifier / --model=bert: the flags' settings, the class's one constructor.
+    from textrain.trainers.flags import model_settings_from_flags
 
-    model = model_builder(BertClassifier)(flags, manifest)
+    settings = model_settings_from_flags(flags)
+    model = BertClassifier.from_settings(manifest=manifest, **settings)
     assert isinstance(model, BertClassifier) and model.num_labels == 3 and model.config.vocab_size == VOCAB
-    assert isinstance(model_builder(BertPretrainer)(flags, manifest), BertPretrainer)
+    assert isinstance(BertPretrainer.from_settings(manifest=manifest, **settings), BertPretrainer)
 
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))

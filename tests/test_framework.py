@@ -5,7 +5,6 @@ import bz2
 import glob
 import gzip
 import hashlib
-import json
 import os
 import random
 import subprocess
@@ -16,8 +15,9 @@ import pytest
 import tensorflow as tf
 
 import toy_problems  # noqa: F401  (registers toy_lines)
-from textrain.framework import corpus, pipeline, records, registry
-from textrain.framework.problem import DataParams, ModeKeys, SettingsMismatchError, shard_rng
+from textrain.framework import corpus, pipeline, records, registry, shards, tf_errors
+from textrain.framework.errors import RecordError, SettingsMismatchError
+from textrain.framework.problem import DataParams, ModeKeys
 from textrain.trainers import core  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -103,7 +103,7 @@ def test_to_example_types_and_empty_feature():
     assert list(feats["f"].float_list.value) == [0.5]
     assert feats["s"].bytes_list.value[0].decode() == "héllo"
     assert list(feats["n"].int64_list.value) == [3]
-    with pytest.raises(records.RecordError, match="'targets' is empty"):
+    with pytest.raises(RecordError, match="'targets' is empty"):
         records.to_example({"targets": []})
 
 
@@ -132,7 +132,7 @@ def test_fast_serialization_equals_protobuf():
             one = records.serialize_samples([{name: s[name]}])[0][0]
             assert one == records.to_example({name: s[name]}).SerializeToString(deterministic=True)
     assert feature_max["small"] == max(max(s["small"]) for s in samples)
-    with pytest.raises(records.RecordError, match="'small' is empty"):
+    with pytest.raises(RecordError, match="'small' is empty"):
         records.serialize_samples([dict(samples[0], small=[])])
 
 
@@ -187,8 +187,8 @@ def test_bounded_shuffle_is_a_permutation(tmp_path):
     samples = [{"x": [i]} for i in range(500)]
     # A memory bound of ~1 KB forces spilling to bucket files.
     path = str(tmp_path / "s.tfrecord")
-    records.write_shard(path, samples, shuffle_rng=random.Random(1), settings_hash="h",
-                        shuffle_memory_bytes=1000)
+    shards.write_shard(path, samples, shuffle_rng=random.Random(1), settings_hash="h",
+                       shuffle_memory_bytes=1000)
     got = [int(tf.train.Example.FromString(r.numpy()).features.feature["x"].int64_list.value[0])
            for r in tf.data.TFRecordDataset(path)]
     assert sorted(got) == list(range(500)) and got != list(range(500))
@@ -203,18 +203,18 @@ def test_failed_shard_leaves_nothing(tmp_path):
 
     path = str(tmp_path / "s.tfrecord")
     with pytest.raises(RuntimeError):
-        records.write_shard(path, samples(), shuffle_rng=None, settings_hash="h")
+        shards.write_shard(path, samples(), shuffle_rng=None, settings_hash="h")
     assert os.listdir(tmp_path) == []
 
 
 def test_corrupt_record_names_file(tmp_path):
     path = str(tmp_path / "c.tfrecord")
-    records.write_shard(path, [{"x": [i] * 50} for i in range(20)], shuffle_rng=None, settings_hash="h")
+    shards.write_shard(path, [{"x": [i] * 50} for i in range(20)], shuffle_rng=None, settings_hash="h")
     data = bytearray(open(path, "rb").read())
     data[300] ^= 0xFF
     open(path, "wb").write(bytes(data))
-    with pytest.raises(records.RecordError, match=r"c\.tfrecord: corrupt TFRecord"):
-        records.count_records(path)
+    with pytest.raises(RecordError, match=r"c\.tfrecord: corrupt TFRecord"):
+        tf_errors.count_records(path)
 
 
 # ------------------------------------------------------------------------------------ datagen

@@ -4,7 +4,7 @@ import json
 import numpy as np
 import pytest
 
-from textrain.framework import text_encoders
+from textrain.framework import encoders
 from textrain.framework.problem import DataParams, ModeKeys
 from textrain.problems import race
 from tests import qa_fixtures
@@ -32,7 +32,7 @@ def test_read_race_split_and_blank_filling(tmp_path):
 
 
 def test_wordpiece_rows(vocab):
-    enc = text_encoders.WordpieceEncoder(vocab)
+    enc = encoders.WordpieceEncoder(vocab)
     hp = race.RaceHParams(vocab_file=vocab, max_seq_length=12, max_qa_length=4)
     sample = {"id": "x", "article": "emma woodhouse handsome clever rich with a comfortable home",
               "question": "who was _ ?", "options": ["emma", "harriet", "jane", "frank"], "label": 2}
@@ -47,7 +47,7 @@ def test_wordpiece_rows(vocab):
 
 
 def test_sentencepiece_rows_pad_left_with_cls_last(tmp_path):
-    sp = text_encoders.SentencePieceEncoder(qa_fixtures.train_spm(str(tmp_path / "sp")))
+    sp = encoders.SentencePieceEncoder(qa_fixtures.train_spm(str(tmp_path / "sp")))
     hp = race.RaceHParams(tokenizer="sentencepiece", sp_model=sp.model_file, max_seq_length=40)
     sample = {"id": "x", "article": "Emma was rich.", "question": "Who?", "options": ["Emma", "Jane", "A", "B"],
               "label": 0}

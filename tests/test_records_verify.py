@@ -19,7 +19,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import toy_problems  # noqa: E402
-from textrain.framework import cli, locks, records  # noqa: E402
+from textrain.framework import cli, fileio, locks, manifests, shards  # noqa: E402
+from textrain.framework.errors import RecordError  # noqa: E402
 
 EMMA = os.path.join(HERE, "data", "austen_emma.txt")
 
@@ -37,15 +38,15 @@ def test_manifest_without_sizes_still_loads_and_names_missing_files(toy, tmp_pat
     copy = str(tmp_path / "data")
     tf.io.gfile.makedirs(copy)
     subprocess.run(["cp", "-r", os.path.join(data, "toy_lines"), copy], check=True)
-    path = os.path.join(problem.problem_dir(copy), records.manifest_filename("toy_lines", "train"))
+    path = os.path.join(problem.problem_dir(copy), manifests.manifest_filename("toy_lines", "train"))
     manifest = json.load(open(path))
     assert all("size" in s for s in manifest["shards"])
     for s in manifest["shards"]:
         del s["size"]  # as written before sizes were recorded
-    records.write_json_atomic(path, manifest)
+    fileio.write_json_atomic(path, manifest)
     assert len(problem.data_files(copy, "train")) == 4
     os.remove(os.path.join(problem.problem_dir(copy), manifest["shards"][3]["file"]))
-    with pytest.raises(records.RecordError, match=r"toy_lines-train-00003-of-00004.tfrecord is missing.*textrain-datagen"):
+    with pytest.raises(RecordError, match=r"toy_lines-train-00003-of-00004.tfrecord is missing.*textrain-datagen"):
         problem.data_files(copy, "train")
 
 
@@ -54,27 +55,42 @@ def test_verify_shard_reads_every_record(toy, tmp_path):
     manifest = problem.read_manifest(data, "train")
     entry = manifest["shards"][0]
     src = os.path.join(problem.problem_dir(data), entry["file"])
-    assert records.verify_shard(src, entry) is None
+    assert shards.verify_shard(src, entry) is None
     bad = str(tmp_path / entry["file"])
     blob = bytearray(open(src, "rb").read())
     blob[len(blob) // 2] ^= 0xFF
     open(bad, "wb").write(bytes(blob))
-    assert "corrupted record" in records.verify_shard(bad, entry)
-    assert "holds" in records.verify_shard(src, dict(entry, count=entry["count"] + 1, size=entry["size"]))
+    assert "corrupted record" in shards.verify_shard(bad, entry).message
+    assert "holds" in shards.verify_shard(src, dict(entry, count=entry["count"] + 1, size=entry["size"])).message
+
+
+def test_damage_is_data_naming_each_shard_file(toy, tmp_path):
+    """What repair acts on is the file name of each damaged shard, not a message to parse."""
+    problem, data = toy
+    copy = str(tmp_path / "data")
+    subprocess.run(["cp", "-r", data, copy], check=True)
+    manifest = problem.read_manifest(copy, "train")
+    first, second = (os.path.join(problem.problem_dir(copy), s["file"]) for s in manifest["shards"][:2])
+    os.remove(first)
+    with open(second, "ab") as f:
+        f.write(b"x")
+    damage = manifests.check_split_files(problem.problem_dir(copy), manifest)
+    assert [d.file for d in damage] == [os.path.basename(first), os.path.basename(second)]
+    assert str(damage[0]).endswith("is missing") and "bytes, the manifest says" in str(damage[1])
 
 
 def test_temporary_names_are_per_writer_and_only_dead_writers_files_are_removed(tmp_path):
-    mine = records.incomplete_path(str(tmp_path / "a.tfrecord"))
-    assert mine.endswith(f"-{os.getpid()}.incomplete") and mine != records.incomplete_path(str(tmp_path / "b"))
+    mine = fileio.incomplete_path(str(tmp_path / "a.tfrecord"))
+    assert mine.endswith(f"-{os.getpid()}.incomplete") and mine != fileio.incomplete_path(str(tmp_path / "b"))
     dead = subprocess.Popen(["true"])
     dead.wait()
-    host = records._HOST
+    host = fileio.HOST_TAG
     files = {"live": mine, "dead": str(tmp_path / f"b.tfrecord.{host}-{dead.pid}.incomplete"),
              "other_host": str(tmp_path / f"c.tfrecord.elsewhere-{dead.pid}.incomplete"),
              "untagged": str(tmp_path / "d.tfrecord.incomplete")}
     for path in files.values():
         open(path, "w").close()
-    removed = records.remove_stale_incomplete(str(tmp_path))
+    removed = locks.remove_stale_incomplete(str(tmp_path))
     assert sorted(removed) == sorted([files["dead"], files["untagged"]])
     assert os.path.exists(files["live"]) and os.path.exists(files["other_host"])
 
@@ -93,9 +109,9 @@ def test_a_killed_writer_left_as_a_zombie_counts_as_dead(tmp_path):
             pytest.fail("the child did not become a zombie")
         assert not locks.process_running(zombie.pid)
         assert locks.process_running(os.getpid())
-        path = str(tmp_path / f"e.tfrecord.{records._HOST}-{zombie.pid}.incomplete")
+        path = str(tmp_path / f"e.tfrecord.{fileio.HOST_TAG}-{zombie.pid}.incomplete")
         open(path, "w").close()
-        assert records.remove_stale_incomplete(str(tmp_path)) == [path]
+        assert locks.remove_stale_incomplete(str(tmp_path)) == [path]
     finally:
         zombie.wait()
 
@@ -137,9 +153,8 @@ def test_explain_turns_known_failures_into_one_line(toy, tmp_path):
     blob = bytearray(open(files[1], "rb").read())
     blob[len(blob) // 2] ^= 0xFF
     open(bad, "wb").write(bytes(blob))
-    records.note_files_opened([bad])
     with pytest.raises(tf.errors.DataLossError) as e:
         for _ in tf.data.TFRecordDataset([files[0], bad]):
             pass
-    message, status = cli.explain(e.value)
+    message, status = cli.explain(e.value, lambda: [bad])
     assert status == 1 and message.startswith(f"{bad}: corrupted record at byte offset") and "--verify" in message

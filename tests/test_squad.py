@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from textrain.framework import text_encoders
+from textrain.framework import encoders
 from textrain.framework.problem import DataParams, DatasetSplit, ModeKeys
 from textrain.problems import qa_postprocess as qp
 from textrain.problems import squad
@@ -20,12 +20,12 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 @pytest.fixture(scope="module")
 def wp(tmp_path_factory):
     path = qa_fixtures.write_vocab(str(tmp_path_factory.mktemp("wp") / "vocab.txt"))
-    return text_encoders.WordpieceEncoder(path)
+    return encoders.WordpieceEncoder(path)
 
 
 @pytest.fixture(scope="module")
 def sp(tmp_path_factory):
-    return text_encoders.SentencePieceEncoder(qa_fixtures.train_spm(str(tmp_path_factory.mktemp("sp") / "sp")))
+    return encoders.SentencePieceEncoder(qa_fixtures.train_spm(str(tmp_path_factory.mktemp("sp") / "sp")))
 
 
 def _example(context, question, answer, impossible=False):
@@ -345,9 +345,9 @@ def test_squad_like_corpus_gold_scores_100_and_every_question_maps_back(corpora_
     assert len(examples) == len(gold) > 0  # repeated ids are scored once per question, as evaluate-v1.1.py
     m = qp.squad_v1_metrics(gold, {q: a[0] for q, a in gold})
     assert m["exact_match"] == 100.0 and m["f1"] == 100.0 and m["total"] == len(examples)
-    vocab = text_encoders.build_wordpiece_vocab(iter(qa_fixtures.emma_lines()), vocab_size=2000,
-                                                out_file=str(tmp_path / "vocab.txt"))
-    for encoder, featurize in ((text_encoders.WordpieceEncoder(vocab), squad.wordpiece_features),
+    vocab = encoders.build_wordpiece_vocab(iter(qa_fixtures.emma_lines()), vocab_size=2000,
+                                           out_file=str(tmp_path / "vocab.txt"))
+    for encoder, featurize in ((encoders.WordpieceEncoder(vocab), squad.wordpiece_features),
                                (sp, squad.sentencepiece_features)):
         for i, ex in enumerate(examples):
             feats, entry = featurize(ex, i, encoder, 384, 128, 64, True)

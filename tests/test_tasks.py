@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from textrain.framework import registry, tasks
-from textrain.framework.text_encoders import build_wordpiece_vocab
+from textrain.framework.encoders import build_wordpiece_vocab
 from textrain.trainers import evaluation
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -1,4 +1,4 @@
-"""Tests of framework/text_encoders.py on real text (Emma) and small multilingual samples.
+"""Tests of framework/encoders.py on real text (Emma) and small multilingual samples.
 
 Comparisons with the original implementations run when they are available and are skipped otherwise:
 google-research/bert's FullTokenizer is its own tokenization.py from ../shared/originals (unchanged, loaded
@@ -14,7 +14,7 @@ import unicodedata
 import numpy as np
 import pytest
 
-from textrain.framework import text_encoders as te
+from textrain.framework import encoders as te
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 EMMA = os.path.join(DATA, "austen_emma.txt")
@@ -203,8 +203,8 @@ def test_against_the_original_full_tokenizer(wp_vocab, wp_vocab_cased, original_
 def test_adversarial_strings_equal_the_reference(wp_vocab, wp_vocab_cased, lower, monkeypatch):
     """The same strings against the pure-Python reference (runs without ../shared), with a chunk cache
     so small that it is emptied many times: the ids never depend on the cache's state."""
-    monkeypatch.setattr(te, "_CHUNK_CACHE_LIMIT", 16)
-    monkeypatch.setattr(te, "_PIECE_CACHE_LIMIT", 8)
+    monkeypatch.setattr(te.wordpiece, "_CHUNK_CACHE_LIMIT", 16)
+    monkeypatch.setattr(te.wordpiece, "_PIECE_CACHE_LIMIT", 8)
     enc = te.WordpieceEncoder(wp_vocab if lower else wp_vocab_cased, do_lower_case=lower)
     texts = ADVERSARIAL + [f"{a} {b}" for a, b in zip(ADVERSARIAL, reversed(ADVERSARIAL))] + _emma_lines(300)
     expected = [enc.reference.encode(t) for t in texts]
@@ -374,7 +374,7 @@ def test_sentencepiece_batch_equals_encode(sp_model, uncased):
 
 
 def test_combining_marks_pattern_matches_unicodedata():
-    marks = te._combining_re()
+    marks = te.sentencepiece._combining_re()
     text = "".join(chr(cp) for cp in range(sys.maxunicode + 1) if not 0xD800 <= cp <= 0xDFFF)
     kept = marks.sub("", text)
     assert kept == "".join(c for c in text if not unicodedata.combining(c))
@@ -414,10 +414,10 @@ def test_t2t_tokenizer_facts():
     assert te.t2t_tokenize("") == []
     assert te.t2t_detokenize(["Dude", " - ", "that", "'", "s", "so", "cool", "."]) == (
         "Dude - that's so cool.")
-    alphabet = set("abc") | te._ESCAPE_CHARS
-    assert te._escape_token("a_b\\c!", alphabet) == "a\\ub\\\\c\\33;_"
-    assert te._unescape_token("a\\ub\\\\c\\33;_") == "a_b\\c!"
-    assert te._unescape_token("\\99999999999;_") == "\u3013"
+    alphabet = set("abc") | te.subword._ESCAPE_CHARS
+    assert te.subword._escape_token("a_b\\c!", alphabet) == "a\\ub\\\\c\\33;_"
+    assert te.subword._unescape_token("a\\ub\\\\c\\33;_") == "a_b\\c!"
+    assert te.subword._unescape_token("\\99999999999;_") == "\u3013"
 
 
 def test_subword_build_and_round_trip(subword):
@@ -494,7 +494,7 @@ def test_subword_bad_files(tmp_path, wp_vocab):
 def test_t2t_token_classes_are_unicode_letters_and_numbers():
     """t2t's alphanumeric set is L* and N*; the tokenizer's regex must agree on every code point."""
     import sys
-    token_re = te._t2t_token_re()
+    token_re = te.subword._t2t_token_re()
     text = "".join(chr(cp) for cp in range(sys.maxunicode) if not 0xD800 <= cp <= 0xDFFF)
     tokens = token_re.findall(text)
     assert "".join(tokens) == text
@@ -504,7 +504,7 @@ def test_t2t_token_classes_are_unicode_letters_and_numbers():
 
 def test_wordpiece_vocab_is_deterministic(tmp_path):
     """The same corpus gives the same vocab file (HF's own trainer breaks ties by hash order)."""
-    from textrain.framework.text_encoders import build_wordpiece_vocab
+    from textrain.framework.encoders import build_wordpiece_vocab
 
     emma = os.path.join(os.path.dirname(__file__), "data", "austen_emma.txt")
     a = build_wordpiece_vocab(emma, 1500, str(tmp_path / "a.txt"))
@@ -516,7 +516,7 @@ def test_wordpiece_vocab_is_deterministic(tmp_path):
 
 
 def test_learn_wordpiece_merges_most_frequent_pair_first():
-    from textrain.framework.text_encoders import learn_wordpiece
+    from textrain.framework.encoders import learn_wordpiece
 
     counts = {"low": 5, "lower": 2, "newest": 6, "widest": 3}
     vocab = learn_wordpiece(counts, 100, min_frequency=2)
@@ -532,9 +532,9 @@ def test_learn_wordpiece_merges_most_frequent_pair_first():
 
 def test_bert_char_classes_cache_round_trips(tmp_path, monkeypatch):
     """Worker processes read BERT's Unicode classes from a disk cache; it must equal a fresh scan."""
-    from textrain.framework import text_encoders as te
+    from textrain.framework import encoders as te
 
     monkeypatch.setenv("TEXTRAIN_CACHE", str(tmp_path))
-    first = te._cached_bert_char_classes()  # computes and writes the cache
+    first = te.wordpiece._cached_bert_char_classes()  # computes and writes the cache
     assert len(list(tmp_path.iterdir())) == 1
-    assert te._cached_bert_char_classes() == first == te._bert_char_classes()
+    assert te.wordpiece._cached_bert_char_classes() == first == te.wordpiece._bert_char_classes()

@@ -4,7 +4,6 @@ from __future__ import annotations
 import os
 
 import pytest
-import tensorflow as tf
 
 from textrain.framework.problem import DataParams, ModeKeys
 from textrain.framework.text_problems import Text2ClassProblem, Text2SelfProblem

@@ -167,7 +167,7 @@ def test_use_tpu_refuses_local_paths_with_one_line(tmp_path):
 def test_use_tpu_names_each_local_path_flag(flag):
     from absl import flags
 
-    from textrain.framework import cli
+    from textrain.framework import errors
     from textrain.trainers import launch, train_tpu
 
     launch.define_all_flags([])
@@ -176,7 +176,7 @@ def test_use_tpu_names_each_local_path_flag(flag):
     flags.FLAGS.unparse_flags()
     flags.FLAGS(argv)
     try:
-        with pytest.raises(cli.UserError, match=rf"^--{flag}=local/{flag} is a local path"):
+        with pytest.raises(errors.UserError, match=rf"^--{flag}=local/{flag} is a local path"):
             train_tpu.check_tpu_paths()
         flags.FLAGS[flag].value = f"gs://b/{flag}"
         train_tpu.check_tpu_paths()  # all gs://: accepted

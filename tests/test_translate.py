@@ -7,9 +7,8 @@ import subprocess
 import sys
 
 import pytest
-import tensorflow as tf
 
-from textrain.framework import corpus, registry, text_encoders
+from textrain.framework import corpus, encoders, registry
 from textrain.framework.problem import DataParams, ModeKeys
 import textrain.problems as problems  # noqa: F401
 from textrain.problems.translate import TranslateEnzhSub8k, parallel_pairs
@@ -60,14 +59,14 @@ def test_datagen_end_to_end(tmp_path, parallel_dir):
     train, dev = p.read_manifest(data_dir, "train"), p.read_manifest(data_dir, "dev")
     assert dev["num_examples"] == 15 and train["num_examples"] + dev["num_examples"] <= 1500
     enc = p.feature_encoders(data_dir)
-    assert isinstance(enc["inputs"], text_encoders.SubwordTextEncoder)
+    assert isinstance(enc["inputs"], encoders.SubwordTextEncoder)
     assert train["feature_max"]["targets"] < enc["targets"].vocab_size
     # Records decode back to the source text, with EOS appended.
     ds = p.dataset(ModeKeys.EVAL, data_dir, DataParams(batch_size=1, max_length=400, batching="fixed"),
                    split="dev")
     first = next(iter(ds))
     ids = [i for i in first["targets"][0].numpy().tolist() if i != 0]
-    assert ids[-1] == text_encoders.EOS_ID
+    assert ids[-1] == encoders.EOS_ID
     pairs = [(s, t) for n, s, t in parallel_pairs(f"{parallel_dir}/train.en.gz", f"{parallel_dir}/train.zh")
              if n % 100 == 0 and s and t]
     assert enc["targets"].decode(ids[:-1]) in {t for _, t in pairs}

@@ -238,9 +238,9 @@ def _main_in_process(monkeypatch, tmp_path, data_dir: str, *extra: str):
     """textrain.trainers.train_gpu.main on these flags, with this file's strategies (one MirroredStrategy per process)."""
     from absl import flags
 
-    from textrain.trainers import train_gpu
+    from textrain.trainers import launch, train_gpu
 
-    train_gpu.define_all_flags([])
+    launch.define_all_flags([])
     monkeypatch.setattr(core, "make_strategy",
                         lambda kind="auto", num_gpus=0, **_: two_replicas() if num_gpus > 1 else one_device())
     argv = ["textrain-train-gpu", "--problem=xlnet_pretrain", f"--data_dir={data_dir}", "--model=xlnet",
@@ -266,11 +266,11 @@ def _main_in_process(monkeypatch, tmp_path, data_dir: str, *extra: str):
     ("--train_batch_size=8", ["--train_batch_size=8", "bsz_per_host=4"]),
 ])
 def test_cli_refuses_flags_that_disagree_with_the_manifest(data, tmp_path, monkeypatch, flag, says):
-    from textrain.framework import cli
+    from textrain.framework import errors
 
     _, data_dir = data
     # main raises the user error; the console entry point (framework.cli.run_main) prints it as one line.
-    with pytest.raises(cli.UserError) as refused:
+    with pytest.raises(errors.UserError) as refused:
         _main_in_process(monkeypatch, tmp_path, data_dir, flag)
     message = str(refused.value)
     for part in says:
@@ -278,20 +278,20 @@ def test_cli_refuses_flags_that_disagree_with_the_manifest(data, tmp_path, monke
 
 
 def test_cli_refuses_a_replica_count_other_than_the_datas_cores(data, tmp_path, monkeypatch):
-    from textrain.framework import cli
+    from textrain.framework import errors
 
     problem, data_dir = data
     # Data for 2 cores per host, one replica: its 4 rows would be [fwd, bwd, fwd, bwd], not [fwd, fwd | bwd, bwd].
-    # A user error (framework.cli.UserError: one line from the CLI), not a traceback.
-    with pytest.raises(cli.UserError, match=r"--num_core_per_host=2 replicas per host with 2 rows each.*"
-                                         r"1 replicas per input pipeline with 4 rows each"):
+    # A user error (framework.errors.UserError: one line from the CLI), not a traceback.
+    with pytest.raises(errors.UserError, match=r"--num_core_per_host=2 replicas per host with 2 rows each.*"
+                                            r"1 replicas per input pipeline with 4 rows each"):
         _main_in_process(monkeypatch, tmp_path, data_dir, "--num_gpus=1")
     # Data for 1 core per host, two replicas: each would get half of a core's rows.
     one_core_dir = str(tmp_path / "one_core")
     one_core = xp.XlnetPretrain(_hparams(num_core_per_host=1, sp_model=problem.sp_model_path(data_dir)))
     one_core.generate_data(one_core_dir, str(tmp_path / "tmp"), num_shards={"train": 1}, seed=0)
-    with pytest.raises(cli.UserError, match=r"--num_core_per_host=1 replicas per host with 4 rows each.*"
-                                         r"2 replicas per input pipeline with 2 rows each"):
+    with pytest.raises(errors.UserError, match=r"--num_core_per_host=1 replicas per host with 4 rows each.*"
+                                            r"2 replicas per input pipeline with 2 rows each"):
         _main_in_process(monkeypatch, tmp_path, one_core_dir)
 
 

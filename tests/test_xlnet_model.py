@@ -10,8 +10,9 @@ import tensorflow as tf
 
 from textrain.framework.registry import models as model_registry
 from textrain.models.checkpoints import CheckpointMismatchError, load_tf1_checkpoint, write_tf1_checkpoint
-from textrain.models.xlnet import XLNetConfig, XLNetPretrainer, build_from_flags
+from textrain.models.xlnet import XLNetConfig, XLNetPretrainer
 from textrain.trainers import core  # noqa: E402
+from textrain.trainers.flags import model_settings_from_flags
 
 B, L, P, V = 2, 8, 3, 50
 
@@ -325,6 +326,11 @@ def test_bf16_forward_is_finite_and_close_to_fp32():
     assert np.isfinite(train_out.losses["lm"].total.numpy())
     assert np.isfinite(out.state["mems"].numpy()).all() and out.state["mems"].dtype == tf.float32
     assert out.losses["lm"].total.numpy() == pytest.approx(ref.losses["lm"].total.numpy(), rel=0.05)
+
+
+def build_from_flags(flags, manifest):
+    """As the trainers build `--model=xlnet`: the flags' settings, the one constructor."""
+    return XLNetPretrainer.from_settings(manifest=manifest, **model_settings_from_flags(flags))
 
 
 def test_build_from_flags(tmp_path):

@@ -12,8 +12,9 @@ import pytest
 import tensorflow as tf
 
 from textrain.framework import records
+from textrain.framework.encoders import train_sentencepiece
 from textrain.framework.problem import DataParams
-from textrain.framework.text_encoders import train_sentencepiece
+from textrain.problems import xlnet_permutation as xperm
 from textrain.problems import xlnet_pretrain as xp
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -406,9 +407,9 @@ def test_local_perm_mask_is_consistent_with_the_order(sp_model):
         is_masked = tf.cast(example["is_masked"], tf.bool)
         # the order itself, as local_perm samples it, for the second part
         seed = tf.constant([11, i], tf.int64)
-        pm, new_tgt, tmask, k_in, q_in = xp.local_perm(inputs[32:], example["target"][32:],
-                                                       is_masked[32:], 16, 32, seed)
-        index = xp._shuffled_block_index(32, 16, seed).numpy()
+        pm, new_tgt, tmask, k_in, q_in = xperm.local_perm(inputs[32:], example["target"][32:],
+                                                          is_masked[32:], 16, 32, seed)
+        index = xperm._shuffled_block_index(32, 16, seed).numpy()
         pm, tmask = pm.numpy(), tmask.numpy()
         inp = inputs[32:].numpy()
         msk = is_masked[32:].numpy()

@@ -10,7 +10,8 @@ from typing import Iterator
 import tensorflow as tf
 
 from textrain.framework import corpus
-from textrain.framework.problem import Problem, shard_rng
+from textrain.framework.generator import shard_rng
+from textrain.framework.problem import Problem
 from textrain.framework.registry import register_problem
 
 

@@ -23,7 +23,6 @@ Decisions:
 from __future__ import annotations
 
 import os
-import sys
 import uuid
 
 from absl import flags
@@ -36,7 +35,7 @@ OBJECT_GRAPH_KEY = "_CHECKPOINTABLE_OBJECT_GRAPH"
 def last_checkpoints(model_dir: str, n: int) -> list[str]:
     import tensorflow as tf
 
-    from textrain.framework.cli import UserError
+    from textrain.framework.errors import UserError
 
     state = tf.train.get_checkpoint_state(model_dir)
     paths = list(state.all_model_checkpoint_paths) if state else []
@@ -73,7 +72,7 @@ def average_checkpoints(paths: list[str], output_dir: str) -> str:
     import numpy as np
     import tensorflow as tf
 
-    from textrain.framework.cli import UserError
+    from textrain.framework.errors import UserError
 
     newest = tf.train.load_checkpoint(paths[-1])
     dtypes = newest.get_variable_to_dtype_map()
@@ -126,7 +125,7 @@ def main(argv: list[str]) -> None:
     missing = [f"--{n}" for n in ("model_dir", "output_dir") if not FLAGS[n].value]
     if missing:
         raise app.UsageError(f"missing required flag(s): {', '.join(missing)}")
-    from textrain.framework.cli import UserError
+    from textrain.framework.errors import UserError
 
     if os.path.abspath(FLAGS.output_dir) == os.path.abspath(FLAGS.model_dir):
         raise UserError("--output_dir must differ from --model_dir (the average would join the checkpoints "

@@ -34,7 +34,7 @@ from typing import Any, Iterable
 import tensorflow as tf
 
 from textrain.framework import locks
-from textrain.framework.cli import UserError
+from textrain.framework.errors import UserError
 from textrain.models.checkpoints import CheckpointMismatchError, backing_variable
 
 log = logging.getLogger("textrain.trainer")

@@ -77,7 +77,7 @@ from typing import Any, Callable, Sequence
 import tensorflow as tf
 
 from textrain.models.base import StepOutput, TrainableModel
-from textrain.framework.cli import UserError
+from textrain.framework.errors import UserError
 from textrain.models.checkpoints import load_tf1_checkpoint
 
 from textrain.trainers import checkpoint_checks, nonfinite

@@ -40,7 +40,7 @@ def read_lines(path: str | None) -> list[str]:
     """Lines without their newline, from a (gs://) file or stdin."""
     import tensorflow as tf
 
-    from textrain.framework.cli import UserError
+    from textrain.framework.errors import UserError
 
     if not path:
         return [line.rstrip("\n") for line in sys.stdin]
@@ -78,7 +78,7 @@ def write_lines_atomic(path: str, lines: Sequence[str]) -> None:
 def resolve_checkpoint(checkpoint_path: str | None, model_dir: str | None) -> str:
     import tensorflow as tf
 
-    from textrain.framework.cli import UserError
+    from textrain.framework.errors import UserError
 
     for where, flag in ((checkpoint_path, "--checkpoint_path"), (model_dir, "--model_dir")):
         if not where:
@@ -98,7 +98,7 @@ def restore_model(model: Any, path: str) -> None:
     """Read only the model's variables; every variable of the model must be in the checkpoint."""
     import tensorflow as tf
 
-    from textrain.framework.cli import UserError
+    from textrain.framework.errors import UserError
 
     try:
         status = tf.train.Checkpoint(model=model).read(path)
@@ -127,7 +127,7 @@ def translate_lines(lines: Sequence[str], model: Any, input_encoder: Any, target
     """Translate `lines` (batched, sorted by length); one output string per line, in order."""
     import numpy as np
 
-    from textrain.framework.text_encoders import EOS_ID
+    from textrain.framework.encoders import EOS_ID
 
     encoded = []
     for line in lines:
@@ -160,8 +160,10 @@ def main(argv: list[str]) -> None:
     missing = [f"--{n}" for n in REQUIRED if not FLAGS[n].value]
     if missing:
         raise app.UsageError(f"missing required flag(s): {', '.join(missing)}")
-    from textrain.framework import bleu, cli, registry
-    from textrain.trainers.train_gpu import model_builder, problem_hparams_for_training
+    from textrain.framework import bleu, errors, registry
+    from textrain.trainers.flags import model_settings_from_flags
+    from textrain.trainers.launch import problem_hparams_for_training
+    from textrain.trainers.run import build_model
 
     problem_cls = registry.problems.get(FLAGS.problem)
     try:
@@ -169,13 +171,12 @@ def main(argv: list[str]) -> None:
         problem = problem_cls(problem_hparams_for_training(problem_cls, manifest))
         encoders = problem.feature_encoders(FLAGS.data_dir)
     except (ValueError, FileNotFoundError) as e:
-        raise cli.UserError(str(e)) from None
+        raise errors.UserError(str(e)) from None
     if "inputs" not in encoders or "targets" not in encoders:
-        raise cli.UserError(f"--problem={FLAGS.problem} is not a Text2Text problem (no inputs/targets encoders)")
-    model_cls = registry.models.get(FLAGS.model)
-    model = model_builder(model_cls)(FLAGS, manifest)
+        raise errors.UserError(f"--problem={FLAGS.problem} is not a Text2Text problem (no inputs/targets encoders)")
+    model = build_model(FLAGS.model, model_settings_from_flags(FLAGS), manifest)  # as the trainer built it
     if not hasattr(model, "infer"):
-        raise cli.UserError(f"--model={FLAGS.model} cannot decode (it has no infer method)")
+        raise errors.UserError(f"--model={FLAGS.model} cannot decode (it has no infer method)")
     path = resolve_checkpoint(FLAGS.checkpoint_path, FLAGS.model_dir)
     restore_model(model, path)
     hp = getattr(model, "hparams", None)
@@ -184,13 +185,13 @@ def main(argv: list[str]) -> None:
     extra_length = pick(FLAGS.extra_length, "extra_length", 100)
     max_length = FLAGS.max_length or getattr(hp, "max_length", 0)
     if beam_size < 1 or FLAGS.decode_batch_size < 1:
-        raise cli.UserError("--beam_size and --decode_batch_size must be >= 1")
+        raise errors.UserError("--beam_size and --decode_batch_size must be >= 1")
 
     lines = read_lines(FLAGS.decode_from_file)
     references = read_lines(FLAGS.reference_file) if FLAGS.reference_file else None
     if references is not None and len(references) != len(lines):
-        raise cli.UserError(f"--reference_file={FLAGS.reference_file} has {len(references)} lines but the "
-                            f"input has {len(lines)}")
+        raise errors.UserError(f"--reference_file={FLAGS.reference_file} has {len(references)} lines but the "
+                               f"input has {len(lines)}")
     print(f"textrain-decode: {len(lines)} lines, checkpoint {path}, beam_size {beam_size}, alpha {alpha}",
           file=sys.stderr, flush=True)
     outputs = translate_lines(lines, model, encoders["inputs"], encoders["targets"], beam_size=beam_size,

@@ -242,17 +242,17 @@ class PeriodicEvaluator:
         self.last_step = -1
 
     def _read_history(self) -> dict[str, list[dict]]:
-        from textrain.framework import records
+        from textrain.framework import fileio
 
         if tf.io.gfile.exists(self.results_path):
-            return records.read_json(self.results_path)
+            return fileio.read_json(self.results_path)
         return {}
 
     def _read_best(self) -> dict | None:
-        from textrain.framework import records
+        from textrain.framework import fileio
 
         path = f"{self.model_dir}/best/best_metrics.json"
-        return records.read_json(path) if tf.io.gfile.exists(path) else None
+        return fileio.read_json(path) if tf.io.gfile.exists(path) else None
 
     def __call__(self, figures: dict) -> None:
         step = int(figures["step"])
@@ -263,7 +263,7 @@ class PeriodicEvaluator:
 
     def run(self, step: int) -> dict[str, dict]:
         """Evaluate every split now; returns {split: metrics}."""
-        from textrain.framework import records
+        from textrain.framework import fileio
 
         results = {}
         for split, dataset_fn in self.splits.items():
@@ -283,7 +283,7 @@ class PeriodicEvaluator:
                 entries = [e for e in self.history.get(split, []) if e.get("step") != step]
                 self.history[split] = entries + [dict(step=step, **metrics)]
         if self.is_chief:
-            records.write_json_atomic(self.results_path, self.history)
+            fileio.write_json_atomic(self.results_path, self.history)
         self._maybe_keep_best(step, results)
         self.last_step = step
         return results
@@ -309,7 +309,7 @@ class PeriodicEvaluator:
 def save_best(model, model_dir: str, step: int, info: dict, is_chief: bool = True) -> str:
     """Write the model to `{model_dir}/best/ckpt-<step>` (+ best_metrics.json) through a temp folder,
     so an interrupted save never leaves a half-written best/."""
-    from textrain.framework import records
+    from textrain.framework import fileio
 
     final = f"{model_dir}/best"
     tmp = f"{model_dir}/best.tmp" if is_chief else f"{model_dir}/.worker_tmp/best-{id(model)}"
@@ -320,7 +320,7 @@ def save_best(model, model_dir: str, step: int, info: dict, is_chief: bool = Tru
     if not is_chief:
         tf.io.gfile.rmtree(tmp)
         return path
-    records.write_json_atomic(f"{tmp}/best_metrics.json", dict(info, checkpoint=f"ckpt-{step}"))
+    fileio.write_json_atomic(f"{tmp}/best_metrics.json", dict(info, checkpoint=f"ckpt-{step}"))
     if tf.io.gfile.exists(final):
         tf.io.gfile.rmtree(final)
     tf.io.gfile.rename(tmp, final)
@@ -329,12 +329,12 @@ def save_best(model, model_dir: str, step: int, info: dict, is_chief: bool = Tru
 
 def best_checkpoint(model_dir: str) -> str | None:
     """The prefix of the best checkpoint kept by PeriodicEvaluator, or None."""
-    from textrain.framework import records
+    from textrain.framework import fileio
 
     path = f"{model_dir}/best/best_metrics.json"
     if not tf.io.gfile.exists(path):
         return None
-    return f"{model_dir}/best/{records.read_json(path)['checkpoint']}"
+    return f"{model_dir}/best/{fileio.read_json(path)['checkpoint']}"
 
 
 def _plain(value):

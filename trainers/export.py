@@ -23,7 +23,6 @@ Decisions:
 from __future__ import annotations
 
 import logging
-import os
 from typing import Any
 
 import tensorflow as tf

@@ -8,6 +8,10 @@ One configurable, `finetune`, holds everything a run needs (every argument of `f
 binding); configs/ has a base file per model family and size and one per task, combined with gin's
 `include` or several --gin_file flags (later files and --gin_param override earlier ones).
 
+`finetune()` only translates the bindings into a `trainers.run_spec.RunSpec` (resolving what depends on
+the data: records made if absent, label count, step count) and hands it to `trainers.run.run`, the one
+function every trainer CLI ends in.
+
 What a run does, in order: registers the built-ins (and `usr_dir`); builds the task problem with
 `problem_hparams` (+ `max_seq_length`); runs the problem's own `generate_data` when its records are
 absent (`datagen=True`: one command for the user; textrain-datagen --problem=<task> makes the same
@@ -27,14 +31,13 @@ Decisions:
 - The operative config (every value the run used, defaults included) goes to
   `{model_dir}/operative_config.gin` and to TensorBoard as text (`{model_dir}/train`).
 - A misspelled binding or configurable, a missing required value, an unknown problem setting or model
-  name: one line `textrain-finetune: error: ...` naming it (framework.cli.UserError).
+  name: one line `textrain-finetune: error: ...` naming it (framework.errors.UserError).
 """
 from __future__ import annotations
 
 import dataclasses
 import json
 import logging
-import math
 import os
 import sys
 from typing import Any
@@ -126,7 +129,11 @@ def finetune(
       single fields replaced, e.g. {'num_hidden_layers': 2}).
     layerwise_lr_decay: ELECTRA's layer-wise LR decay (0.8 in its configs; 1 = off).
     """
-    from textrain.framework import cli, registry
+    from textrain.framework import errors, registry
+    from textrain.trainers import core
+    from textrain.trainers.run import make_strategy, run
+    from textrain.trainers.run_spec import (EvalSpec, ExportSpec, InputSpec, ModelSpec, OptimizerSpec, PredictSpec,
+                                            ProblemSpec, RunSpec, StrategySpec)
 
     _check_choice("precision", precision, ("fp32", "bf16", "fp16"))
     _check_choice("optimizer", optimizer, ("adamw", "adam", "lamb"))
@@ -134,19 +141,12 @@ def finetune(
     tokenizer = {"tokenizer": "sentencepiece" if model.startswith("xlnet") else "wordpiece", "vocab_file": vocab_file,
                  "do_lower_case": do_lower_case, "sp_model": sp_model, "max_seq_length": max_seq_length}
     problem = build_problem(task, problem_hparams or {}, tokenizer)
-    model_cls = _model_class(model)
-    from textrain.trainers.train_gpu import split_cpu_for_replicas
-
-    split_cpu_for_replicas(num_gpus)
+    _check_model(model)
+    logging.getLogger("textrain").setLevel(logging.INFO)
+    strategy_spec = StrategySpec(strategy, num_gpus)
+    dist = make_strategy(strategy_spec)
     import tensorflow as tf
 
-    from textrain.trainers import core, evaluation
-    from textrain.trainers.evaluation import PeriodicEvaluator, best_checkpoint, eval_dataset_fn
-
-    logging.getLogger("textrain").setLevel(logging.INFO)
-    dist = core.make_strategy(strategy, num_gpus)
-    if seed is not None:
-        tf.keras.utils.set_random_seed(seed)
     tf.io.gfile.makedirs(model_dir)
     write_operative_config(model_dir)
 
@@ -157,105 +157,68 @@ def finetune(
     if num_train_steps is None:
         num_train_steps = int(train_examples / train_batch_size * num_train_epochs)
     if num_train_steps <= 0:
-        raise cli.UserError(f"finetune.num_train_steps is {num_train_steps} ({train_examples} train examples, "
-                            f"batch {train_batch_size}, {num_train_epochs} epochs): bind a positive value")
+        raise errors.UserError(f"finetune.num_train_steps is {num_train_steps} ({train_examples} train examples, "
+                               f"batch {train_batch_size}, {num_train_epochs} epochs): bind a positive value")
     num_warmup_steps = int(num_train_steps * warmup_proportion)
-
-    def model_fn():
-        try:
-            return model_cls.from_settings(num_labels=num_labels, task_type=task_type, size=model_size,
-                                           config_file=model_config_file, overrides=model_overrides,
-                                           manifest=manifest, task_name=task)
-        except (ValueError, TypeError) as e:
-            raise cli.UserError(f"finetune.model={model!r}: {e}") from None
-
-    built: dict[str, Any] = {}
-
-    def optimizer_fn():
-        from textrain.trainers.optimization import create_optimizer, model_depth_fn
-
-        depth_fn, top = model_depth_fn(built["model"]) if layerwise_lr_decay != 1.0 else (None, None)
-        return create_optimizer(learning_rate, num_train_steps, num_warmup_steps, optimizer=optimizer,
-                                weight_decay=weight_decay, decay=lr_decay, epsilon=adam_epsilon,
-                                layerwise_lr_decay=layerwise_lr_decay, depth_fn=depth_fn, top_depth=top)
-
-    from textrain.framework.problem import DataParams, ModeKeys
-
-    params = DataParams(batch_size=train_batch_size, seed=seed)
-
-    def train_dataset_fn(ctx):
-        return problem.dataset(ModeKeys.TRAIN, data_dir, params, input_context=ctx)
-
-    config = core.TrainConfig(
-        model_dir=model_dir, num_train_steps=num_train_steps, global_batch_size=train_batch_size,
-        iterations_per_loop=iterations_per_loop, save_checkpoints_steps=save_checkpoints_steps,
-        keep_checkpoint_max=keep_checkpoint_max, log_steps=log_steps, clip_norm=clip_norm, precision=precision,
-        init_checkpoint=init_checkpoint, eval_every_steps=eval_every_steps if do_eval else 0)
-
-    def keep_model():
-        built["model"] = model_fn()
-        return built["model"]
-
-    try:
-        trainer = core.Trainer(dist, keep_model, optimizer_fn, train_dataset_fn, config)
-    except (ValueError, FileNotFoundError) as e:
-        raise cli.UserError(str(e)) from None
-    model_obj = trainer.model
+    spec = RunSpec(
+        problem=ProblemSpec(task, problem.hparams),
+        model=ModelSpec(model, dict(num_labels=num_labels, task_type=task_type, size=model_size,
+                                    config_file=model_config_file, overrides=model_overrides, task_name=task)),
+        data_dir=data_dir,
+        train=core.TrainConfig(
+            model_dir=model_dir, num_train_steps=num_train_steps, global_batch_size=train_batch_size,
+            iterations_per_loop=iterations_per_loop, save_checkpoints_steps=save_checkpoints_steps,
+            keep_checkpoint_max=keep_checkpoint_max, log_steps=log_steps, clip_norm=clip_norm, precision=precision,
+            init_checkpoint=init_checkpoint, eval_every_steps=eval_every_steps if do_eval else 0),
+        optimizer=OptimizerSpec(learning_rate=learning_rate, num_warmup_steps=num_warmup_steps, optimizer=optimizer,
+                                weight_decay=weight_decay, lr_decay=lr_decay, adam_epsilon=adam_epsilon,
+                                layerwise_lr_decay=layerwise_lr_decay),
+        input=InputSpec(record_data_seed=False),
+        eval=EvalSpec(enabled=do_eval, batch_size=eval_batch_size),
+        predict=PredictSpec(enabled=do_predict, batch_size=predict_batch_size),
+        export=ExportSpec(enabled=export, export_dir=export_dir, max_seq_length=max_seq_length),
+        strategy=strategy_spec, do_train=do_train, seed=seed)
+    result = run(spec, dist)
     summary: dict[str, Any] = {"num_train_steps": num_train_steps, "num_warmup_steps": num_warmup_steps,
                                "train_examples": train_examples, "num_labels": num_labels, "task_type": task_type}
-    evaluator = None
-    if do_eval:
-        splits = {s: eval_dataset_fn(problem, data_dir, s, eval_batch_size)
-                  for s in evaluation.present_eval_splits(problem, data_dir)}
-        evaluator = PeriodicEvaluator(
-            dist, model_obj, model_dir, splits, every_steps=eval_every_steps, final_step=num_train_steps,
-            metrics_fn=lambda split, result: evaluation.task_metrics(problem, data_dir, split, result),
-            main_metric=problem.main_metric,
-            is_chief=trainer.is_chief)
-    if do_train:
-        result = trainer.train(callbacks=[evaluator] if evaluator else [])
-        summary.update(step=result.step, loss=result.loss, **result.metrics)
+    if result.train is not None:
+        summary.update(step=result.train.step, loss=result.train.loss, **result.train.metrics)
         if result.preempted:
             summary["preempted"] = True
             return summary
-    if evaluator is not None:
-        step = int(trainer.step.numpy())
-        if evaluator.last_step != step:
-            evaluator.run(step)
-        summary["eval"] = {s: h[-1] for s, h in evaluator.history.items() if h}
-        summary["best"] = evaluator.best
+    if do_eval:
+        summary["eval"] = result.eval
+        summary["best"] = result.best
     if do_predict:
-        summary["predict"] = evaluation.predict(dist, model_obj, problem, data_dir, model_dir, predict_batch_size)
+        summary["predict"] = result.predict
     if export:
-        from textrain.trainers.export import export_classifier
-
-        source = best_checkpoint(model_dir) if do_eval else None
-        summary["export"] = export_classifier(
-            model_obj, export_dir or os.path.join(model_dir, "export"), problem=problem, data_dir=data_dir,
-            family=model, checkpoint=source, max_seq_length=max_seq_length or _problem_seq_length(problem))
+        summary["export"] = result.export
     return summary
 
 
 # ------------------------------------------------------------------------------------------ pieces
 def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
-    from textrain.framework.cli import UserError
+    from textrain.framework.errors import UserError
 
     if value not in choices:
         raise UserError(f"finetune.{name}={value!r}: use one of {', '.join(choices)}")
 
 
-def _model_class(name: str) -> type:
+def _check_model(name: str) -> None:
+    """A registered model with a task head (models/task_heads.py, models/qa_heads.py)."""
     from textrain.framework import registry
-    from textrain.framework.cli import UserError
+    from textrain.framework.errors import UserError
+    from textrain.models.qa_heads import QAModel
+    from textrain.models.task_heads import ClassifierModel
 
     try:
         cls = registry.models.get(name)
     except KeyError as e:
         raise UserError(f"finetune.model: {e.args[0]}") from None
-    if not hasattr(cls, "from_settings"):
+    if not issubclass(cls, (ClassifierModel, QAModel)):
+        heads = [n for n in registry.models.names() if issubclass(registry.models.get(n), (ClassifierModel, QAModel))]
         raise UserError(f"finetune.model={name!r} is not a fine-tuning model; use one with a task head: "
-                        f"{', '.join(n for n in registry.models.names() if hasattr(registry.models.get(n), 'from_settings'))}")
-    return cls
+                        f"{', '.join(heads)}")
 
 
 def build_problem(task: str, hparams: dict, shared: dict | None = None):
@@ -264,7 +227,7 @@ def build_problem(task: str, hparams: dict, shared: dict | None = None):
     `shared`: run-level values (tokenizer, vocab_file, max_seq_length ...) given to the problem when its
     settings have that name and the value is not None; `hparams` (finetune.problem_hparams) win."""
     from textrain.framework import registry
-    from textrain.framework.cli import UserError
+    from textrain.framework.errors import UserError
 
     try:
         cls = registry.problems.get(task)
@@ -283,15 +246,11 @@ def build_problem(task: str, hparams: dict, shared: dict | None = None):
         raise UserError(f"finetune.problem_hparams for {task}: {e}") from None
 
 
-def _problem_seq_length(problem) -> int:
-    return int(getattr(problem.hparams, "max_seq_length", 128))
-
-
 def ensure_records(problem, data_dir: str, tmp_dir: str, datagen: bool, seed: int | None) -> dict:
     """The train manifest; when the records are absent and `datagen`, make them first with the problem's
     own generate_data (what textrain-datagen --problem=<task> runs)."""
-    from textrain.framework.cli import UserError
-    from textrain.framework.problem import SettingsMismatchError
+    from textrain.framework.errors import UserError
+    from textrain.framework.errors import SettingsMismatchError
 
     try:
         return problem.read_manifest(data_dir, "train")
@@ -310,10 +269,10 @@ def write_operative_config(model_dir: str) -> None:
     """`{model_dir}/operative_config.gin` and a TensorBoard text summary of it."""
     import tensorflow as tf
 
-    from textrain.framework import records
+    from textrain.framework import fileio
 
     text = gin.operative_config_str()
-    records.write_text_atomic(os.path.join(model_dir, "operative_config.gin"), text)
+    fileio.write_text_atomic(os.path.join(model_dir, "operative_config.gin"), text)
     writer = tf.summary.create_file_writer(os.path.join(model_dir, "train"))
     with writer.as_default(step=0):
         md = "\n".join("    " + line for line in text.splitlines())  # code block in TensorBoard's markdown
@@ -328,7 +287,7 @@ flags.DEFINE_multi_string("gin_param", [], "Gin binding(s), e.g. \"finetune.lear
 
 def parse_gin(files: list[str], params: list[str]) -> None:
     """Parse the configs; a bad binding or file is one UserError line naming it."""
-    from textrain.framework.cli import UserError
+    from textrain.framework.errors import UserError
 
     _register_gin_tf_io()
     gin.add_config_file_search_path(REPO_CONFIGS)
@@ -348,7 +307,7 @@ def _one_line(error: Exception) -> str:
 
 def main(argv: list[str]) -> None:
     from textrain.framework import registry
-    from textrain.framework.cli import UserError
+    from textrain.framework.errors import UserError
 
     if len(argv) > 1:
         raise UserError(f"unexpected arguments {argv[1:]}: configure with --gin_file / --gin_param")
@@ -377,4 +336,7 @@ def run() -> None:
 
 
 if __name__ == "__main__":
+    # `python -m textrain.trainers.finetune`: this module is also the package's, so an import of it
+    # (trainers/run.py's, until the eval helpers have moved) does not define its flags and configurable twice.
+    sys.modules.setdefault("textrain.trainers.finetune", sys.modules[__name__])
     run()

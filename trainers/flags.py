@@ -6,7 +6,7 @@ hyper-parameter that framework/flags.py defines from the problems' HParams datac
 `max_predictions_per_seq`, `seq_len`, `reuse_len`, `bi_data`, `num_predict`, `perm_size`, `mask_alpha`,
 `mask_beta`, `uncased`, `num_core_per_host`, `vocab_size`): one flag serves both, whichever module defines
 it first. That is the point: the trainer passes the value to the problem AND checks it against the data
-manifest (framework.problem.check_settings), refusing a mismatch with both values named. Such shared
+manifest (framework.manifests.check_settings), refusing a mismatch with both values named. Such shared
 flags default to None here ("not given": the problem's default, the manifest or the model preset
 decides), so the two definitions can never disagree on a default or a type.
 
@@ -203,3 +203,29 @@ def define_trainer_flags() -> None:
 
 def flag_names() -> list[str]:
     return [entry[1] for group in ALL_FLAG_GROUPS for entry in group]
+
+
+# ------------------------------------------------------------------------- flags -> model settings
+# The config-file flag of each family (a run gives the one of its model): the setting `config_file`.
+CONFIG_FILE_FLAGS = ("electra_config_file", "bert_config_file", "model_config_path")
+# Flags that are model settings under their own (the originals') names; `--model_size` is `size`.
+MODEL_SETTING_FLAGS = tuple(
+    [entry[1] for group in (_XLNET_FLAGS, _ELECTRA_FLAGS) for entry in group
+     if entry[1] not in CONFIG_FILE_FLAGS + ("model_size",)] + ["hparams_set", "hparams"])
+
+
+def model_settings_from_flags(values: Any) -> dict[str, Any]:
+    """THE adapter from trainer flags to the keyword settings of a model's one constructor
+    (`from_settings`, models/base.py): every model flag that is set (not None) under its name,
+    `--model_size` as `size`, the config-file flag given as `config_file`. `values` is FLAGS (or any
+    object with those attributes). Which settings a model reads is the model's business."""
+    def value(name: str) -> Any:
+        return getattr(values, name, None)
+
+    settings = {name: value(name) for name in MODEL_SETTING_FLAGS if value(name) is not None}
+    if value("model_size") is not None:
+        settings["size"] = value("model_size")
+    config_file = next((value(n) for n in CONFIG_FILE_FLAGS if value(n)), None)
+    if config_file:
+        settings["config_file"] = config_file
+    return settings

@@ -1,9 +1,8 @@
-"""The launch code every trainer CLI shares (textrain-train-gpu, textrain-train-tpu): ONE copy.
+"""The flag side every trainer CLI shares (textrain-train-gpu, textrain-train-tpu): flags -> RunSpec -> run.
 
-A trainer CLI only decides its strategy and a few TrainConfig settings; everything else is here:
-reading the train split's manifest, checking the command line against it, building the problem,
-model and optimizer, the TrainConfig from the flags, the data seed, training through THE loop
-(trainers/core.Trainer) and printing the final JSON line.
+A trainer CLI decides its strategy and a few TrainConfig settings; here the flags (and the train split's
+manifest) are translated into ONE `trainers.run_spec.RunSpec`, which `trainers.run.run` runs; then the
+final JSON line is printed from its result. Nothing here builds a model, optimizer or input pipeline.
 
 Decisions:
 - The problem's settings are those recorded in the train split's manifest, then the flags given on the
@@ -12,15 +11,12 @@ Decisions:
   built; a mismatch is refused naming both values. For data made per host (XLNet's `bsz_per_host`), the
   per-worker batch must equal it.
 - A flag/data mismatch found while building (e.g. XLNet's per-core batch layout, raised as
-  `framework.problem.SettingsMismatchError` by the problem's `dataset`) also ends as one line
-  (`framework.cli.UserError`), never a traceback.
-- Data seed. With `--seed` the input pipeline uses it. Without `--seed` a seed is drawn once per run and
-  input pipeline and recorded in `{model_dir}/data_seed-{pipeline}.txt` (temp name, then rename); a
-  resumed run reads it back, so it continues the very same stream (XLNet's parse-time permutations,
-  shuffles) and `input_mode=distributed`'s resume-by-skipping is exact. Model initialisation stays
-  unseeded without `--seed`, as users expect.
-- The model is built by the model module's `build_from_flags(FLAGS, manifest)` (docs/CONTRACTS.md); a
-  model class may instead define a `build_from_flags` classmethod/staticmethod, which then wins.
+  `framework.errors.SettingsMismatchError` by the problem's `dataset`) also ends as one line
+  (`framework.errors.UserError`), never a traceback.
+- The model's settings are `trainers.flags.model_settings_from_flags(FLAGS)` (the one adapter); a model's
+  hyper-parameter set may decide trainer flags the command line did not give (`trainer_defaults`,
+  tensor2tensor's Transformer: batch, schedule, Adam).
+- Without `--seed` the input seed is drawn once per run and recorded in model_dir (trainers/run.py).
 - Exit status: 0 when training reached `--num_train_steps`, 143 after SIGTERM (checkpoint saved first),
   1 with a one-line `textrain-<cli>: error: ...` for a user error.
 """
@@ -30,7 +26,6 @@ import dataclasses
 import json
 import logging
 import os
-import random
 import sys
 from typing import Any, Callable
 
@@ -50,34 +45,11 @@ def missing_required_flags() -> list[str]:
     return [f"--{n}" for n in REQUIRED if not FLAGS[n].value]
 
 
-def split_cpu_for_replicas(num_replicas: int) -> None:
-    """Without GPUs, N>1 replicas mirror over N logical CPUs (must run before TF picks its devices)."""
-    import tensorflow as tf
-
-    if num_replicas <= 1 or tf.config.list_physical_devices("GPU"):
-        return
-    cpus = tf.config.list_physical_devices("CPU")
-    try:
-        tf.config.set_logical_device_configuration(cpus[0], [tf.config.LogicalDeviceConfiguration()] * num_replicas)
-    except RuntimeError:  # already initialised (e.g. split by the caller): use what is there
-        pass
-
-
-def model_builder(model_cls: type) -> Callable[[Any, dict], Any]:
-    """The model's `build_from_flags`: a class attribute if defined, else its module's function."""
-    build = getattr(model_cls, "build_from_flags", None)
-    if build is None:
-        build = getattr(sys.modules[model_cls.__module__], "build_from_flags", None)
-    if build is None:
-        raise AttributeError(f"model {model_cls.registered_name!r} ({model_cls.__module__}) has no "
-                             f"build_from_flags(flags, manifest); see docs/CONTRACTS.md")
-    return build
-
-
 def check_run_settings(manifest: dict, hparams_cls: type, num_input_pipelines: int) -> None:
     """Refuse command-line settings that disagree with how the data was made."""
+    from textrain.framework.errors import SettingsMismatchError
     from textrain.framework.flags import given_flags
-    from textrain.framework.problem import SettingsMismatchError, check_settings
+    from textrain.framework.manifests import check_settings
 
     names = {f.name for f in dataclasses.fields(hparams_cls)} if dataclasses.is_dataclass(hparams_cls) else set()
     names |= set(SHARED_SETTINGS)
@@ -125,24 +97,13 @@ def train_config_from_flags(**overrides: Any):
     return TrainConfig(**values)
 
 
-def optimizer_from_flags(model=None):
-    """The optimizer of the flags; `--layerwise_lr_decay` != 1 takes its layer depths from `model`."""
-    from textrain.trainers.optimization import create_optimizer, model_depth_fn
-
-    depth_fn, top_depth = model_depth_fn(model) if FLAGS.layerwise_lr_decay != 1.0 else (None, None)
-    return create_optimizer(
-        FLAGS.learning_rate, FLAGS.num_train_steps, FLAGS.num_warmup_steps, optimizer=FLAGS.optimizer,
-        weight_decay=FLAGS.weight_decay, decay=FLAGS.lr_decay, power=FLAGS.poly_power,
-        end_lr=FLAGS.learning_rate * FLAGS.min_lr_ratio, epsilon=FLAGS.adam_epsilon,
-        layerwise_lr_decay=FLAGS.layerwise_lr_decay, depth_fn=depth_fn, top_depth=top_depth,
-        beta_1=FLAGS.adam_beta1, beta_2=FLAGS.adam_beta2, lr_hidden_size=FLAGS.lr_hidden_size)
-
-
 def apply_model_flag_defaults(model_cls: type) -> None:
-    """A model module's `trainer_flag_defaults(FLAGS)` (tensor2tensor: the hparams set carries the batch,
-    schedule and optimizer) sets every flag among them that the command line did not give."""
-    defaults = getattr(sys.modules[model_cls.__module__], "trainer_flag_defaults", None)
-    if defaults is None:
+    """The model's `trainer_defaults` (tensor2tensor: the hparams set carries the batch, schedule and
+    optimizer) set every flag among them that the command line did not give."""
+    from textrain.trainers.flags import model_settings_from_flags
+
+    defaults = model_cls.trainer_defaults(model_settings_from_flags(FLAGS))
+    if not defaults:
         # t2t-trainer's --hparams/--hparams_set steer the Transformer only; never ignore them silently.
         given = [f"--{name}" for name in ("hparams_set", "hparams") if FLAGS[name].value]
         if given:
@@ -150,50 +111,29 @@ def apply_model_flag_defaults(model_cls: type) -> None:
                              f"--model=transformer, not --model={FLAGS.model} (ELECTRA's run_pretraining.py "
                              "--hparams JSON is read when its --data-dir and --model-name are given too)")
         return
-    for name, value in defaults(FLAGS).items():
+    for name, value in defaults.items():
         if not FLAGS[name].present:
             FLAGS[name].value = value
 
 
-def data_seed(model_dir: str, seed: int | None, pipeline_id: int) -> int:
-    """The input pipeline's seed: `--seed`, else the one recorded for this run, else a fresh one (recorded)."""
-    import tensorflow as tf
+def optimizer_spec_from_flags():
+    from textrain.trainers.run_spec import OptimizerSpec
 
-    if seed is not None:
-        return seed
-    path = os.path.join(model_dir, f"data_seed-{pipeline_id}.txt")
-    if tf.io.gfile.exists(path):
-        with tf.io.gfile.GFile(path) as f:
-            return int(f.read().strip())
-    drawn = random.SystemRandom().randrange(2**31)
-    tf.io.gfile.makedirs(model_dir)
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with tf.io.gfile.GFile(tmp, "w") as f:
-        f.write(f"{drawn}\n")
-    tf.io.gfile.rename(tmp, path, overwrite=True)
-    log.info("no --seed: the input pipeline uses seed %d, recorded in %s for resumes", drawn, path)
-    return drawn
+    return OptimizerSpec(
+        learning_rate=FLAGS.learning_rate, num_warmup_steps=FLAGS.num_warmup_steps, optimizer=FLAGS.optimizer,
+        weight_decay=FLAGS.weight_decay, lr_decay=FLAGS.lr_decay, poly_power=FLAGS.poly_power,
+        min_lr_ratio=FLAGS.min_lr_ratio, adam_epsilon=FLAGS.adam_epsilon, adam_beta1=FLAGS.adam_beta1,
+        adam_beta2=FLAGS.adam_beta2, layerwise_lr_decay=FLAGS.layerwise_lr_decay,
+        lr_hidden_size=FLAGS.lr_hidden_size)
 
 
-def run_training(prog: str, strategy, *, data_params: dict | None = None,
-                 config_overrides: dict | None = None,
-                 check_dataset: Callable[[Any], None] | None = None) -> None:
-    """Build everything from the flags under `strategy`, train through core.Trainer, print the final line.
-
-    data_params: extra framework.problem.DataParams fields (train_tpu: fixed shapes, drop_remainder);
-    config_overrides: TrainConfig fields the CLI decides (train_tpu: input_mode, jit_compile);
-    check_dataset(ds): called on each input pipeline's dataset (train_tpu: static shapes).
-    Exits 143 after SIGTERM; user errors are raised as framework.cli.UserError.
-    """
-    import tensorflow as tf
-
-    from textrain.framework import cli, registry
-    from textrain.framework.problem import DataParams, ModeKeys, SettingsMismatchError
+def run_spec_from_flags(strategy, config_overrides: dict | None = None):
+    """The RunSpec of the command line (the train manifest read and checked first)."""
+    from textrain.framework import errors, registry
     from textrain.trainers import core
+    from textrain.trainers.flags import model_settings_from_flags
+    from textrain.trainers.run_spec import EvalSpec, InputSpec, ModelSpec, ProblemSpec, RunSpec
 
-    logging.getLogger("textrain").setLevel(logging.INFO)
-    if FLAGS.seed is not None:
-        tf.keras.utils.set_random_seed(FLAGS.seed)
     problem_cls = registry.problems.get(FLAGS.problem)
     manifest = problem_cls().read_manifest(FLAGS.data_dir, "train")
     context = core.input_context(strategy)
@@ -202,60 +142,56 @@ def run_training(prog: str, strategy, *, data_params: dict | None = None,
         # whichever invariant of the problem's settings it happens to break (XLNet's
         # --num_core_per_host vs bsz_per_host).
         check_run_settings(manifest, problem_cls.HParams, context.num_input_pipelines)
-        problem = problem_cls(problem_hparams_for_training(problem_cls, manifest))
+        hparams = problem_hparams_for_training(problem_cls, manifest)
+        problem = problem_cls(hparams)
     except ValueError as e:
-        raise cli.UserError(str(e)) from None
-    model_cls = registry.models.get(FLAGS.model)
+        raise errors.UserError(str(e)) from None
     try:
-        apply_model_flag_defaults(model_cls)
+        apply_model_flag_defaults(registry.models.get(FLAGS.model))
     except ValueError as e:
-        raise cli.UserError(str(e)) from None
-    build = model_builder(model_cls)
-    # The reading knobs: batch (examples, or tokens with --batching=tokens), max_length, batching.
-    reading = dict(batch_size=FLAGS.train_batch_size, max_length=FLAGS.max_length or 0, batching=FLAGS.batching,
-                   seed=data_seed(FLAGS.model_dir, FLAGS.seed, context.input_pipeline_id))
-    params = DataParams(**{**reading, **(data_params or {})})
-
-    def dataset_fn(ctx: tf.distribute.InputContext) -> tf.data.Dataset:
-        ds = problem.dataset(ModeKeys.TRAIN, FLAGS.data_dir, params, input_context=ctx)
-        if check_dataset is not None:
-            check_dataset(ds)
-        return ds
-
-    built = {}
-
-    def model_fn():
-        built["model"] = build(FLAGS, manifest)
-        return built["model"]
-
+        raise errors.UserError(str(e)) from None
     if FLAGS.do_eval:  # before training: a missing dev split is found now, not after hours
         try:
             problem.read_manifest(FLAGS.data_dir, "dev")
         except FileNotFoundError as e:
-            raise cli.UserError(f"--do_eval: {e} (pretraining problems make it with --dev_fraction > 0)") from None
-    try:
-        trainer = core.Trainer(strategy, model_fn, lambda: optimizer_from_flags(built["model"]), dataset_fn,
-                               train_config_from_flags(**(config_overrides or {})))
-    except SettingsMismatchError as e:  # the data's layout vs this run (found while building the input)
-        raise cli.UserError(str(e)) from None
-    result = trainer.train() if FLAGS.do_train else None
-    if FLAGS.do_eval and not (result is not None and result.preempted):
+            raise errors.UserError(f"--do_eval: {e} (pretraining problems make it with --dev_fraction > 0)") from None
+    return RunSpec(
+        problem=ProblemSpec(FLAGS.problem, hparams),
+        model=ModelSpec(FLAGS.model, model_settings_from_flags(FLAGS)),
+        data_dir=FLAGS.data_dir,
+        train=train_config_from_flags(**(config_overrides or {})),
+        optimizer=optimizer_spec_from_flags(),
+        input=InputSpec(max_length=FLAGS.max_length or 0, batching=FLAGS.batching),
         # run_pretraining.py --do_eval: the model's own metrics on the dev split, through the one eval loop.
-        from textrain.trainers.evaluation import PeriodicEvaluator, eval_dataset_fn
+        eval=EvalSpec(enabled=FLAGS.do_eval, batch_size=FLAGS.eval_batch_size, splits=("dev",),
+                      max_steps=FLAGS.max_eval_steps, task_metrics=False),
+        do_train=FLAGS.do_train, seed=FLAGS.seed)
 
-        evaluator = PeriodicEvaluator(strategy, trainer.model, FLAGS.model_dir,
-                                      {"dev": eval_dataset_fn(problem, FLAGS.data_dir, "dev", FLAGS.eval_batch_size)},
-                                      max_steps=FLAGS.max_eval_steps, is_chief=trainer.is_chief)
-        print("eval " + json.dumps(evaluator.run(int(trainer.step.numpy()))["dev"]), flush=True)
-    if result is None:
-        print("final " + json.dumps({"step": int(trainer.step.numpy()), "trained": False}), flush=True)
+
+def run_training(prog: str, strategy, *, config_overrides: dict | None = None,
+                 check_dataset: Callable[[Any], None] | None = None) -> None:
+    """The command line's RunSpec, run under `strategy` (trainers/run.py); prints the final line(s).
+
+    config_overrides: TrainConfig fields the CLI decides (train_tpu: input_mode, jit_compile);
+    check_dataset(ds): called on each input pipeline's dataset (train_tpu: static shapes).
+    Exits 143 after SIGTERM; user errors are raised as framework.errors.UserError.
+    """
+    from textrain.trainers.run import run
+
+    del prog
+    result = run(run_spec_from_flags(strategy, config_overrides), strategy, check_dataset=check_dataset)
+    if "dev" in result.eval and FLAGS.do_eval:
+        print("eval " + json.dumps({k: v for k, v in result.eval["dev"].items() if k != "step"}), flush=True)
+    trained = result.train
+    if trained is None:
+        print("final " + json.dumps({"step": result.step, "trained": False}), flush=True)
         return
-    figures = {"step": result.step, "loss": result.loss, **result.terms, **result.metrics,
-               "examples_per_sec": round(result.examples_per_sec, 2), "skipped_steps": result.skipped_steps,
-               "checkpoint": result.checkpoint, "preempted": result.preempted}
+    figures = {"step": trained.step, "loss": trained.loss, **trained.terms, **trained.metrics,
+               "examples_per_sec": round(trained.examples_per_sec, 2), "skipped_steps": trained.skipped_steps,
+               "checkpoint": trained.checkpoint, "preempted": trained.preempted}
     print("final " + json.dumps(figures), flush=True)
-    if result.preempted:
-        sys.exit(128 + (result.stop_signal or 15))  # 143 after SIGTERM, 130 after Ctrl-C
+    if trained.preempted:
+        sys.exit(128 + (trained.stop_signal or 15))  # 143 after SIGTERM, 130 after Ctrl-C
 
 
 def define_all_flags(argv: list[str]) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 
-from textrain.framework.cli import UserError
+from textrain.framework.errors import UserError
 
 MAX_SKIPPED_FRACTION = 0.5
 

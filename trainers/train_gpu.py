@@ -12,8 +12,8 @@ Decisions:
 - Built-ins are registered by importing the `problems` and `models` packages
   (framework.registry.import_builtins); `--usr_dir` is imported before the problem flags are defined so
   its problems get flags too.
-- The model is built by the model module's `build_from_flags(FLAGS, manifest)` (docs/CONTRACTS.md). A model
-  class may instead define a `build_from_flags` classmethod/staticmethod; that one wins.
+- The model is built by its one constructor, `from_settings` (models/base.py), from the settings
+  `trainers.flags.model_settings_from_flags` maps the flags to.
 - The problem's settings are those recorded in the train split's manifest, then the flags given on the
   command line (so reading always matches how the records were written).
 - Settings shared by the problem and the run (`--max_seq_length`, `--seq_len`, ...) are checked against the
@@ -22,7 +22,8 @@ Decisions:
 - `--num_core_per_host` (XLNet's train_gpu.py: the GPUs per host) sets `--num_gpus` when `--num_gpus` is
   not given; the originals' other flag names are translated by framework/flag_aliases.py
   (docs/ORIGINAL_FLAGS.md).
-- Everything but the strategy is trainers/launch.py, shared with textrain-train-tpu.
+- Everything but the strategy is trainers/launch.py (flags -> RunSpec), shared with textrain-train-tpu,
+  and trainers/run.py (the one function that runs a RunSpec).
 - Exit status: 0 when training reached `--num_train_steps`, 143 after SIGTERM and 130 after Ctrl-C
   (checkpoint saved first),
   1 with a one-line `textrain-train-gpu: error: ...` when flags disagree with the data manifest.
@@ -34,16 +35,6 @@ from absl import app, flags
 from textrain.trainers import launch
 
 FLAGS = flags.FLAGS
-
-# Kept importable from here (tests and user scripts used these names); the code lives in trainers/launch.py.
-REQUIRED = launch.REQUIRED
-split_cpu_for_replicas = launch.split_cpu_for_replicas
-model_builder = launch.model_builder
-check_run_settings = launch.check_run_settings
-problem_hparams_for_training = launch.problem_hparams_for_training
-train_config_from_flags = launch.train_config_from_flags
-optimizer_from_flags = launch.optimizer_from_flags
-define_all_flags = launch.define_all_flags
 
 
 def num_gpus_from_flags() -> int:
@@ -58,13 +49,12 @@ def main(argv: list[str]) -> None:
     missing = launch.missing_required_flags()
     if missing:
         raise app.UsageError(f"missing required flag(s): {', '.join(missing)}")
-    num_gpus = num_gpus_from_flags()
-    launch.split_cpu_for_replicas(num_gpus)
-    from textrain.trainers import core
+    from textrain.trainers.run import make_strategy
+    from textrain.trainers.run_spec import StrategySpec
 
     # First: MultiWorkerMirroredStrategy must configure collectives before TF's context initialises.
-    strategy = core.make_strategy(FLAGS.strategy, num_gpus, tpu=FLAGS.tpu, tpu_zone=FLAGS.tpu_zone,
-                                  gcp_project=FLAGS.gcp_project)
+    strategy = make_strategy(StrategySpec(FLAGS.strategy, num_gpus_from_flags(), tpu=FLAGS.tpu,
+                                          tpu_zone=FLAGS.tpu_zone, gcp_project=FLAGS.gcp_project))
     launch.run_training("textrain-train-gpu", strategy)
 
 

@@ -24,8 +24,8 @@ TF 2.21 ships no Estimator; what TPUEstimator users rely on is kept, everything 
   `--init_checkpoint` (or `--bert_config_file`...) is refused up front with one line naming the flag.
 - `--num_hosts`/`--num_core_per_host` are checked against the TPU the resolver found.
 - Resume: the distributed input iterator cannot be checkpointed in TF 2.21; a resumed run skips the
-  batches already consumed, exact because the input seed is fixed per run (trainers/launch.py data_seed).
-- `--do_eval`/`--max_eval_steps`: defined; the eval loop is wired at the one call site in launch.py.
+  batches already consumed, exact because the input seed is fixed per run (trainers/run.py data_seed).
+- `--do_eval`/`--max_eval_steps`: defined; the eval loop is wired in trainers/run.py.
 - Exit status: 0 done, 143 after SIGTERM (checkpoint saved), 1 with one line for a user error.
 """
 from __future__ import annotations
@@ -46,12 +46,12 @@ PATH_FLAGS = ("data_dir", "model_dir", "init_checkpoint", "bert_config_file", "e
 
 def check_tpu_paths() -> None:
     """With --use_tpu every path must be gs:// (one line naming the first flag that is not)."""
-    from textrain.framework import cli
+    from textrain.framework import errors
 
     for name in PATH_FLAGS:
         value = FLAGS[name].value if name in FLAGS else None
         if value and not str(value).startswith("gs://"):
-            raise cli.UserError(
+            raise errors.UserError(
                 f"--{name}={value} is a local path, but --use_tpu reads and writes through Google Cloud Storage "
                 f"(a TPU cannot see this machine's disk): copy it to a gs:// bucket and pass --{name}=gs://...")
 
@@ -63,39 +63,41 @@ def local_replicas() -> int:
 
 def make_tpu_strategy():
     """TPUStrategy (--use_tpu) or the local stand-in, checked against --num_hosts/--num_core_per_host."""
-    from textrain.framework import cli
+    from textrain.framework import errors
     from textrain.trainers import core
 
     if FLAGS.use_tpu:
         strategy = core.make_strategy("tpu", tpu=FLAGS.tpu, tpu_zone=FLAGS.tpu_zone, gcp_project=FLAGS.gcp_project)
         hosts = strategy.extended.num_hosts
         if hosts != FLAGS.num_hosts:
-            raise cli.UserError(f"--num_hosts={FLAGS.num_hosts} but the TPU {FLAGS.tpu!r} has {hosts} host(s)")
+            raise errors.UserError(f"--num_hosts={FLAGS.num_hosts} but the TPU {FLAGS.tpu!r} has {hosts} host(s)")
         cores = strategy.num_replicas_in_sync // max(hosts, 1)
         if FLAGS.num_core_per_host and cores != FLAGS.num_core_per_host:
-            raise cli.UserError(f"--num_core_per_host={FLAGS.num_core_per_host} but the TPU {FLAGS.tpu!r} has "
-                                f"{cores} core(s) per host")
+            raise errors.UserError(f"--num_core_per_host={FLAGS.num_core_per_host} but the TPU {FLAGS.tpu!r} has "
+                                   f"{cores} core(s) per host")
         return strategy
     if FLAGS.num_hosts != 1:
-        raise cli.UserError(f"--num_hosts={FLAGS.num_hosts} needs --use_tpu (several GPU machines: "
-                            f"textrain-train-gpu --strategy=multi_worker)")
+        raise errors.UserError(f"--num_hosts={FLAGS.num_hosts} needs --use_tpu (several GPU machines: "
+                               f"textrain-train-gpu --strategy=multi_worker)")
+    from textrain.trainers.run import make_strategy
+    from textrain.trainers.run_spec import StrategySpec
+
     n = local_replicas()
-    launch.split_cpu_for_replicas(n)
-    return core.make_strategy("mirrored" if n > 1 else "one_device", n)
+    return make_strategy(StrategySpec("mirrored" if n > 1 else "one_device", n))
 
 
 def require_static_shapes(ds) -> None:
     """XLA on TPU compiles one program for fixed shapes: every feature of a batch must have one."""
     import tensorflow as tf
 
-    from textrain.framework import cli
+    from textrain.framework import errors
 
     spec = ds.element_spec
     named = sorted(spec.items()) if isinstance(spec, dict) else enumerate(tf.nest.flatten(spec))
     for name, spec in named:
         if not spec.shape.is_fully_defined():
-            raise cli.UserError(f"feature {name!r} has the dynamic shape {spec.shape} on the TPU trainer: use "
-                                f"fixed-length batching (pad to --max_length) for this problem")
+            raise errors.UserError(f"feature {name!r} has the dynamic shape {spec.shape} on the TPU trainer: use "
+                                   f"fixed-length batching (pad to --max_length) for this problem")
 
 
 def main(argv: list[str]) -> None:
@@ -106,11 +108,9 @@ def main(argv: list[str]) -> None:
     if FLAGS.use_tpu:
         check_tpu_paths()
     strategy = make_tpu_strategy()
-    launch.run_training(
-        "textrain-train-tpu", strategy,
-        data_params=dict(drop_remainder=True),
-        config_overrides=TPU_CONFIG,
-        check_dataset=require_static_shapes)
+    # Fixed-shape batches (drop_remainder) are DataParams' default, which the run keeps.
+    launch.run_training("textrain-train-tpu", strategy, config_overrides=TPU_CONFIG,
+                        check_dataset=require_static_shapes)
 
 
 def run() -> None:

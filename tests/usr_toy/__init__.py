@@ -65,13 +65,13 @@ class UsrToyModel(TrainableModel):
         ce = tf.nn.sparse_softmax_cross_entropy_with_logits(f["y"], logits)
         return StepOutput({"ce": Term(tf.reduce_sum(ce * f["w"]), tf.reduce_sum(f["w"]))}, {}, state)
 
-
-def build_from_flags(flags, manifest):
-    """The model; with TOY_DUMP_DIR set its final weights go to worker_<task>.npy at exit (multi-worker tests)."""
-    model = UsrToyModel()
-    dump = os.environ.get("TOY_DUMP_DIR")
-    if dump:
-        task = json.loads(os.environ.get("TF_CONFIG", "{}")).get("task", {}).get("index", 0)
-        atexit.register(lambda: np.save(os.path.join(dump, f"worker_{task}.npy"),
-                                        np.concatenate([v.numpy().ravel() for v in model.trainable_variables])))
-    return model
+    @classmethod
+    def from_settings(cls, *, manifest=None, **settings):
+        """The model; with TOY_DUMP_DIR set its final weights go to worker_<task>.npy at exit (multi-worker tests)."""
+        model = cls()
+        dump = os.environ.get("TOY_DUMP_DIR")
+        if dump:
+            task = json.loads(os.environ.get("TF_CONFIG", "{}")).get("task", {}).get("index", 0)
+            atexit.register(lambda: np.save(os.path.join(dump, f"worker_{task}.npy"),
+                                            np.concatenate([v.numpy().ravel() for v in model.trainable_variables])))
+        return model

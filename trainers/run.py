@@ -1,0 +1,209 @@
+"""THE function that runs a run specification (trainers/run_spec.py): every trainer CLI ends here.
+
+`run(spec)` builds the problem, the model (its one constructor, `from_settings`), the optimizer, the
+input seed and the evaluators, trains through THE loop (trainers/core.Trainer), then evaluates,
+predicts and exports as the spec says, and returns a `RunResult`. It prints nothing: each CLI prints
+its own lines from the result.
+
+Decisions:
+- Data seed. With `spec.seed` the input pipeline uses it. Without, and with `input.record_data_seed`, a
+  seed is drawn once per run and input pipeline and recorded in `{model_dir}/data_seed-{pipeline}.txt`
+  (temp name, then rename); a resumed run reads it back, so it continues the very same stream (XLNet's
+  parse-time permutations, shuffles) and `input_mode=distributed`'s resume-by-skipping is exact. Model
+  initialisation stays unseeded without a seed, as users expect.
+- Evaluation: one `evaluation.PeriodicEvaluator` over the spec's splits, a `Trainer.train` callback
+  (every `TrainConfig.eval_every_steps` and at the last step), then once at the final step unless that
+  step was just evaluated; a preempted run stops before it.
+- A setting the model, problem or data refuse while building (ValueError, TypeError; the data's layout
+  vs the run: SettingsMismatchError) ends as one `framework.errors.UserError` line.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import random
+from typing import Any, Callable
+
+from textrain.trainers.run_spec import RunSpec, StrategySpec
+
+log = logging.getLogger("textrain.run")
+
+
+@dataclasses.dataclass
+class RunResult:
+    step: int  # the global step after the run
+    train: Any = None  # core.TrainResult, None without training
+    eval: dict[str, dict] = dataclasses.field(default_factory=dict)  # split -> last metrics (with "step")
+    best: dict | None = None  # the best checkpoint's figures (task metrics)
+    predict: dict[str, str] = dataclasses.field(default_factory=dict)  # split -> file written
+    export: Any = None  # trainers.export.export_classifier's result
+
+    @property
+    def preempted(self) -> bool:
+        return bool(self.train is not None and self.train.preempted)
+
+
+def split_cpu_for_replicas(num_replicas: int) -> None:
+    """Without GPUs, N>1 replicas mirror over N logical CPUs (must run before TF picks its devices)."""
+    import tensorflow as tf
+
+    if num_replicas <= 1 or tf.config.list_physical_devices("GPU"):
+        return
+    cpus = tf.config.list_physical_devices("CPU")
+    try:
+        tf.config.set_logical_device_configuration(cpus[0], [tf.config.LogicalDeviceConfiguration()] * num_replicas)
+    except RuntimeError:  # already initialised (e.g. split by the caller): use what is there
+        pass
+
+
+def make_strategy(spec: StrategySpec):
+    """The spec's strategy; first, so MultiWorkerMirroredStrategy configures collectives before TF's
+    context initialises."""
+    from textrain.trainers import core
+
+    split_cpu_for_replicas(spec.num_gpus)
+    return core.make_strategy(spec.kind, spec.num_gpus, tpu=spec.tpu, tpu_zone=spec.tpu_zone,
+                              gcp_project=spec.gcp_project)
+
+
+def data_seed(model_dir: str, seed: int | None, pipeline_id: int) -> int:
+    """The input pipeline's seed: `seed`, else the one recorded for this run, else a fresh one (recorded)."""
+    import tensorflow as tf
+
+    if seed is not None:
+        return seed
+    path = os.path.join(model_dir, f"data_seed-{pipeline_id}.txt")
+    if tf.io.gfile.exists(path):
+        with tf.io.gfile.GFile(path) as f:
+            return int(f.read().strip())
+    drawn = random.SystemRandom().randrange(2**31)
+    tf.io.gfile.makedirs(model_dir)
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with tf.io.gfile.GFile(tmp, "w") as f:
+        f.write(f"{drawn}\n")
+    tf.io.gfile.rename(tmp, path, overwrite=True)
+    log.info("no --seed: the input pipeline uses seed %d, recorded in %s for resumes", drawn, path)
+    return drawn
+
+
+def build_problem(spec: RunSpec):
+    from textrain.framework import registry
+
+    cls = registry.problems.get(spec.problem.name)
+    return cls(spec.problem.hparams) if spec.problem.hparams is not None else cls()
+
+
+def build_model(name: str, settings: dict[str, Any], manifest: dict | None):
+    """The registered model `name` from its one constructor; a setting it refuses is one UserError line."""
+    from textrain.framework import registry
+    from textrain.framework.errors import UserError
+
+    try:
+        return registry.models.get(name).from_settings(manifest=manifest, **settings)
+    except UserError:
+        raise
+    except (ValueError, TypeError) as e:
+        raise UserError(f"model {name!r}: {e}") from None
+
+
+def build_optimizer(spec: RunSpec, model):
+    from textrain.trainers.optimization import create_optimizer, model_depth_fn
+
+    o = spec.optimizer
+    depth_fn, top_depth = model_depth_fn(model) if o.layerwise_lr_decay != 1.0 else (None, None)
+    return create_optimizer(
+        o.learning_rate, spec.train.num_train_steps, o.num_warmup_steps, optimizer=o.optimizer,
+        weight_decay=o.weight_decay, decay=o.lr_decay, power=o.poly_power,
+        end_lr=o.learning_rate * o.min_lr_ratio, epsilon=o.adam_epsilon,
+        layerwise_lr_decay=o.layerwise_lr_decay, depth_fn=depth_fn, top_depth=top_depth,
+        beta_1=o.adam_beta1, beta_2=o.adam_beta2, lr_hidden_size=o.lr_hidden_size)
+
+
+def _evaluator(spec: RunSpec, strategy, trainer, problem):
+    from textrain.trainers import evaluation
+
+    splits = (list(spec.eval.splits) if spec.eval.splits is not None
+              else evaluation.present_eval_splits(problem, spec.data_dir))
+    datasets = {s: evaluation.eval_dataset_fn(problem, spec.data_dir, s, spec.eval.batch_size) for s in splits}
+    task = spec.eval.task_metrics
+    return evaluation.PeriodicEvaluator(
+        strategy, trainer.model, spec.model_dir, datasets, every_steps=spec.train.eval_every_steps,
+        final_step=spec.train.num_train_steps if task else None,
+        metrics_fn=(lambda split, result: evaluation.task_metrics(problem, spec.data_dir, split, result)) if task
+        else None,
+        main_metric=getattr(problem, "main_metric", None) if task else None,
+        max_steps=spec.eval.max_steps, is_chief=trainer.is_chief)
+
+
+def run(spec: RunSpec, strategy=None, *, check_dataset: Callable[[Any], None] | None = None) -> RunResult:
+    """Run `spec` under `strategy` (default: `make_strategy(spec.strategy)`).
+
+    check_dataset(ds): called on each input pipeline's dataset (the TPU trainer: static shapes).
+    """
+    import tensorflow as tf
+
+    from textrain.framework.errors import UserError
+    from textrain.framework.problem import DataParams, ModeKeys
+    from textrain.trainers import core
+
+    logging.getLogger("textrain").setLevel(logging.INFO)
+    strategy = strategy if strategy is not None else make_strategy(spec.strategy)
+    if spec.seed is not None:
+        tf.keras.utils.set_random_seed(spec.seed)
+    try:
+        problem = build_problem(spec)
+    except (ValueError, TypeError) as e:
+        raise UserError(f"problem {spec.problem.name!r}: {e}") from None
+    manifest = problem.read_manifest(spec.data_dir, "train")
+    context = core.input_context(strategy)
+    seed = (data_seed(spec.model_dir, spec.seed, context.input_pipeline_id) if spec.input.record_data_seed
+            else spec.seed)
+    params = DataParams(batch_size=spec.train.global_batch_size, max_length=spec.input.max_length,
+                        batching=spec.input.batching, seed=seed)
+
+    def dataset_fn(ctx: tf.distribute.InputContext) -> tf.data.Dataset:
+        ds = problem.dataset(ModeKeys.TRAIN, spec.data_dir, params, input_context=ctx)
+        if check_dataset is not None:
+            check_dataset(ds)
+        return ds
+
+    built: dict[str, Any] = {}
+
+    def model_fn():
+        built["model"] = build_model(spec.model.name, spec.model.settings, manifest)
+        return built["model"]
+
+    try:
+        trainer = core.Trainer(strategy, model_fn, lambda: build_optimizer(spec, built["model"]), dataset_fn,
+                               spec.train)
+    except UserError:  # SettingsMismatchError: the data's layout vs this run (found while building the input)
+        raise
+    except (ValueError, FileNotFoundError) as e:
+        raise UserError(str(e)) from None
+    evaluator = _evaluator(spec, strategy, trainer, problem) if spec.eval.enabled else None
+    result = RunResult(step=int(trainer.step.numpy()))
+    if spec.do_train:
+        result.train = trainer.train(callbacks=[evaluator] if evaluator else [])
+        result.step = int(trainer.step.numpy())
+        if result.preempted:
+            return result
+    if evaluator is not None:
+        if evaluator.last_step != result.step:
+            evaluator.run(result.step)
+        result.eval = {s: h[-1] for s, h in evaluator.history.items() if h}
+        result.best = evaluator.best
+    from textrain.trainers import evaluation
+
+    if spec.predict.enabled:
+        result.predict = evaluation.predict(strategy, trainer.model, problem, spec.data_dir, spec.model_dir,
+                                            spec.predict.batch_size)
+    if spec.export.enabled:
+        from textrain.trainers.export import export_classifier
+
+        source = evaluation.best_checkpoint(spec.model_dir) if spec.eval.enabled else None
+        seq_length = spec.export.max_seq_length or int(getattr(problem.hparams, "max_seq_length", 128))
+        result.export = export_classifier(
+            trainer.model, spec.export.export_dir or os.path.join(spec.model_dir, "export"), problem=problem,
+            data_dir=spec.data_dir, family=spec.model.name, checkpoint=source, max_seq_length=seq_length)
+    return result
