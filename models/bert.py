@@ -448,6 +448,13 @@ def config_from_settings(size: str | None, config_file: str | None, overrides: d
         vocab_size = int(settings.get("vocab_size") or settings.get("inputs_vocab_size") or 30522)
         config, source = BertConfig.preset(size, vocab_size=vocab_size), f"size {size} (vocab_size {vocab_size})"
     if overrides:
+        # A config FILE may carry keys BERT does not use (logged); an override names a field on purpose, so a
+        # misspelt one is refused rather than dropped.
+        known = {f.name for f in dataclasses.fields(BertConfig)}
+        unknown = sorted(set(overrides) - known)
+        if unknown:
+            raise ValueError(f"overrides: BertConfig has no field {', '.join(map(repr, unknown))}; its fields: "
+                             f"{', '.join(sorted(known))}")
         config = BertConfig.from_dict({**config.to_dict(), **overrides}, source=f"{source} + overrides")
     return config, source
 

@@ -131,6 +131,18 @@ def test_unknown_problem_setting_is_one_line(tmp_path, task):
     assert proc.returncode == 1 and "train_fil" in proc.stderr.strip().splitlines()[-1]
 
 
+@pytest.mark.parametrize("model", ["bert_classifier", "electra_classifier", "xlnet_classifier"])
+def test_a_misspelt_model_override_is_one_line_naming_it(tmp_path, task, model):
+    """Every family refuses a model_overrides key its config does not have (BERT used to log and drop it)."""
+    vocab = [f"finetune.vocab_file='{task['vocab']}'"] if model != "xlnet_classifier" else [
+        f"finetune.sp_model='{task['sp']}'"]
+    proc = finetune(f"finetune.model='{model}'", *_task_params(task, tmp_path / "d", tmp_path / "m"), *vocab,
+                    "finetune.model_overrides={'num_hiden_layers': 3}")
+    last = proc.stderr.strip().splitlines()[-1]
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert last.startswith("textrain-finetune: error:") and "num_hiden_layers" in last
+
+
 # ------------------------------------------------------------------------------------------ slow
 @pytest.mark.slow
 def test_bert_cli_trains_evaluates_predicts_and_exports(tmp_path, task):

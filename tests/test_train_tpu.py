@@ -201,3 +201,36 @@ def test_the_tpu_replica_step_compiles_with_xla_on_cpu(tmp_path):
     hlo = trainer._forward_fn.experimental_get_compiler_ir(features, state)(stage="hlo")
     assert "HloModule" in hlo and "dot(" in hlo  # the dense layer, compiled by XLA
     assert trainer.train().step == 4
+
+
+def _one_error_line(proc) -> str:
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("textrain-train-")]
+    assert len(lines) == 1, proc.stderr[-2000:]
+    return lines[0]
+
+
+def test_use_tpu_without_a_tpu_name_is_one_line():
+    proc = subprocess.run([sys.executable, "-m", "textrain.trainers.train_tpu", "--use_tpu", "--problem=bert_pretrain",
+                           "--data_dir=gs://b/data", "--model=bert", "--model_dir=gs://b/run"], cwd=REPO, env=_env(),
+                          capture_output=True, text=True, timeout=120)
+    assert _one_error_line(proc).startswith("textrain-train-tpu: error: --use_tpu needs --tpu=NAME")
+
+
+@pytest.mark.parametrize("flag", ["--input_mode=host", "--nojit_compile"])
+def test_a_flag_the_tpu_preset_would_override_is_refused(toy_data, tmp_path, flag):
+    proc = subprocess.run(_tpu_cmd(toy_data, str(tmp_path / "run"), "--num_train_steps=2", flag), cwd=REPO,
+                          env=_env(), capture_output=True, text=True, timeout=120)
+    name = flag.lstrip("-").split("=")[0].removeprefix("no")
+    assert f"--{name}=" in _one_error_line(proc) and "textrain-train-tpu runs with" in proc.stderr
+
+
+@pytest.mark.parametrize("flag", ["--use_tpu", "--strategy=tpu"])
+def test_train_gpu_refuses_the_tpu_naming_textrain_train_tpu(toy_data, tmp_path, flag):
+    proc = subprocess.run([sys.executable, "-m", "textrain.trainers.train_gpu", flag, f"--usr_dir={USR}",
+                           "--problem=usr_toy_problem", f"--data_dir={toy_data}", "--model=usr_toy_model",
+                           f"--model_dir={tmp_path / 'run'}", "--num_train_steps=2"], cwd=REPO, env=_env(),
+                          capture_output=True, text=True, timeout=120)
+    line = _one_error_line(proc)
+    assert line.startswith(f"textrain-train-gpu: error: {flag}:") and "textrain-train-tpu" in line
+    assert not os.path.exists(tmp_path / "run")

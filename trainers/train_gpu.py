@@ -5,7 +5,8 @@ many GPUs (MirroredStrategy) or many workers (MultiWorkerMirroredStrategy).
         --bert_config_file=bert_config.json --train_batch_size=256 --num_gpus=8
 
 Decisions:
-- Strategy: `--strategy=auto` takes `--num_gpus` 0/1 -> OneDeviceStrategy, >1 -> MirroredStrategy over that
+- Strategy: `--use_tpu` and `--strategy=tpu` are refused naming textrain-train-tpu (one way to a TPU).
+  `--strategy=auto` takes `--num_gpus` 0/1 -> OneDeviceStrategy, >1 -> MirroredStrategy over that
   many GPUs; `--strategy=multi_worker` -> MultiWorkerMirroredStrategy from TF_CONFIG. On a machine WITHOUT
   GPUs, `--num_gpus=N>1` splits the CPU into N logical devices and mirrors over them: the multi-replica
   code path runs for real (tests, CI), with no speed-up.
@@ -49,9 +50,15 @@ def main(argv: list[str]) -> None:
     missing = launch.missing_required_flags()
     if missing:
         raise app.UsageError(f"missing required flag(s): {', '.join(missing)}")
+    from textrain.framework.errors import UserError
     from textrain.trainers.run import make_strategy
     from textrain.trainers.run_spec import StrategySpec
 
+    # The TPU path has checks of its own (gs:// paths, static shapes, per-host input): one way to reach it.
+    if FLAGS.use_tpu or FLAGS.strategy == "tpu":
+        given = "--use_tpu" if FLAGS.use_tpu else "--strategy=tpu"
+        raise UserError(f"{given}: TPUs are trained by textrain-train-tpu (TPUStrategy, gs:// paths, per-host "
+                        f"input); run the same command line with textrain-train-tpu --use_tpu --tpu=NAME")
     # First: MultiWorkerMirroredStrategy must configure collectives before TF's context initialises.
     strategy = make_strategy(StrategySpec(FLAGS.strategy, num_gpus_from_flags(), tpu=FLAGS.tpu,
                                           tpu_zone=FLAGS.tpu_zone, gcp_project=FLAGS.gcp_project))

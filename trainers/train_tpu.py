@@ -36,8 +36,39 @@ from textrain.trainers import launch
 
 FLAGS = flags.FLAGS
 
-# What the TPU trainer decides itself (core.TrainConfig fields): per-host distributed input, XLA step.
-TPU_CONFIG = dict(input_mode="distributed", jit_compile=True)
+# What the TPU trainer decides itself (core.TrainConfig fields): per-host distributed input, an XLA step, and
+# TPUEstimator's iterations_per_loop (steps per device call; --log_steps does not cut a call short).
+TPU_CONFIG = dict(input_mode="distributed", jit_compile=True, log_shortens_loops=False)
+
+
+def check_preset_flags() -> None:
+    """A flag given on the command line that the TPU preset would override is refused, never silently
+    replaced (one line naming it and the value the TPU path needs)."""
+    from textrain.framework import errors
+
+    for name in ("input_mode", "jit_compile"):
+        if name in FLAGS and FLAGS[name].present and FLAGS[name].value != TPU_CONFIG[name]:
+            value = str(TPU_CONFIG[name]).lower()
+            raise errors.UserError(f"--{name}={FLAGS[name].value}: textrain-train-tpu runs with --{name}={value} "
+                                   f"(TPUStrategy feeds each host through distribute_datasets_from_function and "
+                                   f"compiles the step with XLA); drop the flag, or use textrain-train-gpu")
+
+
+def connect_tpu():
+    """TPUStrategy for --tpu; a TPU that cannot be found or reached is one line naming the flags."""
+    from textrain.framework import errors
+    from textrain.trainers import core
+
+    if not FLAGS.tpu:
+        raise errors.UserError("--use_tpu needs --tpu=NAME (the Cloud TPU's name or grpc:// address; on a TPU VM "
+                               "--tpu=local)")
+    try:
+        return core.make_strategy("tpu", tpu=FLAGS.tpu, tpu_zone=FLAGS.tpu_zone, gcp_project=FLAGS.gcp_project)
+    except Exception as e:  # noqa: BLE001 - the resolver raises ValueError, URLError, HttpError, NotFoundError...
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
+        raise errors.UserError(f"--tpu={FLAGS.tpu}: cannot reach the TPU ({type(e).__name__}: {first}); check "
+                               f"--tpu, --tpu_zone and --gcp_project, and that this machine may reach the TPU "
+                               f"(--verbose shows the traceback)") from e
 
 # Flags naming files a Cloud TPU must reach through GCS.
 PATH_FLAGS = ("data_dir", "model_dir", "init_checkpoint", "bert_config_file", "electra_config_file",
@@ -64,10 +95,9 @@ def local_replicas() -> int:
 def make_tpu_strategy():
     """TPUStrategy (--use_tpu) or the local stand-in, checked against --num_hosts/--num_core_per_host."""
     from textrain.framework import errors
-    from textrain.trainers import core
 
     if FLAGS.use_tpu:
-        strategy = core.make_strategy("tpu", tpu=FLAGS.tpu, tpu_zone=FLAGS.tpu_zone, gcp_project=FLAGS.gcp_project)
+        strategy = connect_tpu()
         hosts = strategy.extended.num_hosts
         if hosts != FLAGS.num_hosts:
             raise errors.UserError(f"--num_hosts={FLAGS.num_hosts} but the TPU {FLAGS.tpu!r} has {hosts} host(s)")
@@ -105,6 +135,7 @@ def main(argv: list[str]) -> None:
     missing = launch.missing_required_flags()
     if missing:
         raise app.UsageError(f"missing required flag(s): {', '.join(missing)}")
+    check_preset_flags()
     if FLAGS.use_tpu:
         check_tpu_paths()
     strategy = make_tpu_strategy()
