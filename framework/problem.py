@@ -40,7 +40,7 @@ from typing import Any, ClassVar, Iterator
 import numpy as np
 from absl import logging
 
-from textrain.framework import fileio, lazy_tf, locks, pipeline, records
+from textrain.framework import corpus_formats, fileio, lazy_tf, locks, pipeline, records
 from textrain.framework.cli import UserError
 from textrain.framework.lazy_tf import tf
 from textrain.framework.flags import validate_settings
@@ -169,6 +169,7 @@ class Problem:
 
     def manifest_settings(self, data_dir: str) -> dict:
         settings = dataclasses.asdict(self.hparams) if dataclasses.is_dataclass(self.hparams) else {}
+        settings = corpus_formats.without_default_settings(settings)
         for name, encoder in self.feature_encoders(data_dir).items():
             settings[f"{name}_vocab_fingerprint"] = encoder.fingerprint()
             settings.setdefault(f"{name}_vocab_size", encoder.vocab_size)

@@ -60,7 +60,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 import numpy as np
 from absl import logging
 
-from textrain.framework import corpus, records, text_encoders, word_segmenters
+from textrain.framework import corpus, corpus_formats, records, text_encoders, word_segmenters
 from textrain.framework.flags import help_text
 from textrain.framework.lazy_tf import tf
 from textrain.framework.problem import DatasetSplit, ModeKeys, shard_rng
@@ -465,7 +465,7 @@ SPECIAL_TOKENS = ("[PAD]", "[CLS]", "[SEP]", "[MASK]")  # the model masks dynami
 
 
 @dataclasses.dataclass
-class ElectraPretrainHParams:
+class ElectraPretrainHParams(corpus_formats.DocumentSettings):
     """Settings; names follow the original script's flags (framework/flags.py makes absl flags of them)."""
 
     input_file: str = dataclasses.field(default="", metadata=help_text(
