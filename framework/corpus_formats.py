@@ -148,8 +148,17 @@ def corpus_files(paths: list[str], options: ReadOptions) -> list[str]:
     out = []
     for path in paths:
         fmt = options.input_format if options.input_format != "auto" else detect_format(path)
+        if fmt == "tsv" and options.layout == "table" and options.input_format == "auto":
+            fmt = "text"  # a .tsv of classification rows: the problem's own TSV reader reads it as it is
         out.append(CorpusFile(path, dataclasses.replace(options, input_format=fmt)))
     return out
+
+
+def file_suffixes() -> tuple[str, ...]:
+    """The endings a corpus file of a fixed name may have (plain text's first): `name + suffix`."""
+    streamed = [e for e, f in _EXTENSIONS.items() if f not in ("parquet", "arrow", "text")]
+    return ("", *COMPRESSIONS, *(e + c for e in streamed for c in ("", *COMPRESSIONS)),
+            *(e for e, f in _EXTENSIONS.items() if f in ("parquet", "arrow")))
 
 
 def is_structured(path: str) -> bool:
@@ -187,26 +196,6 @@ def detect_format(path: str) -> str:
     return "text"
 
 
-class _Counted(io.RawIOBase):
-    """A raw stream that counts the bytes read from it (the compressed offset in error messages)."""
-
-    def __init__(self, raw: Any):
-        self.raw, self.offset = raw, 0
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, b: Any) -> int:
-        data = self.raw.read(len(b))
-        b[:len(data)] = data
-        self.offset += len(data)
-        return len(data)
-
-    def close(self) -> None:
-        self.raw.close()
-        super().close()
-
-
 def open_binary(path: str) -> io.BufferedIOBase:
     """The file's bytes, .gz/.bz2/.zst decompressed (zstandard imported only for .zst)."""
     if not fileio.exists(path):
@@ -218,21 +207,53 @@ def open_binary(path: str) -> io.BufferedIOBase:
     if kind == ".bz2":
         return bz2.BZ2File(raw)
     if kind == ".zst":
-        zstd = _require("zstandard", path)
-        counted = _Counted(raw)
-        return _Decompressed(zstd.ZstdDecompressor().stream_reader(counted, read_across_frames=True), counted)
+        return _Decompressed(_ZstdFrames(raw, _require("zstandard", path)))
     return raw
+
+
+class _ZstdFrames(io.RawIOBase):
+    """Zstandard frames one after another, decompressed; a file cut inside a frame is an error (the
+    library's stream reader ends quietly there). `offset`: compressed bytes read so far."""
+
+    def __init__(self, raw: Any, zstd: Any):
+        self.raw, self.zstd, self.offset = raw, zstd, 0
+        self._dobj, self._in_frame, self._out = zstd.ZstdDecompressor().decompressobj(), False, b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int:
+        while not self._out:
+            chunk = self.raw.read(1 << 20)
+            if not chunk:
+                if self._in_frame:
+                    raise self.zstd.ZstdError(f"the data ends inside a frame at byte {self.offset}")
+                return 0
+            self.offset += len(chunk)
+            while chunk:
+                self._out += self._dobj.decompress(chunk)
+                self._in_frame = not self._dobj.eof
+                chunk = self._dobj.unused_data if self._dobj.eof else b""
+                if self._dobj.eof:
+                    self._dobj = self.zstd.ZstdDecompressor().decompressobj()
+        n = min(len(b), len(self._out))
+        b[:n], self._out = self._out[:n], self._out[n:]
+        return n
+
+    def close(self) -> None:
+        self.raw.close()
+        super().close()
 
 
 class _Decompressed(io.BufferedReader):
     """A decompressing reader that knows how far into the compressed file it is (for error messages)."""
 
-    def __init__(self, reader: Any, counted: _Counted):
-        super().__init__(reader, buffer_size=1 << 20)
-        self._counted = counted
+    def __init__(self, frames: _ZstdFrames):
+        super().__init__(frames, buffer_size=1 << 20)
+        self._frames = frames
 
     def compressed_offset(self) -> int:
-        return self._counted.offset
+        return self._frames.offset
 
 
 def _require(module: str, path: str) -> Any:
@@ -432,21 +453,18 @@ def _child_text(elem: Any, name: str) -> str | None:
 def _strip_markup(mw: Any, wikitext: str) -> str:
     """Article text: templates, references, tables and link targets removed; paragraphs one per line."""
     code = mw.parse(wikitext)
-    for tag in code.filter_tags(recursive=True):
-        if str(tag.tag).lower() in ("ref", "table", "gallery", "math", "references"):
-            try:
-                code.remove(tag)
-            except ValueError:
-                pass
+    # Headings are titles, not sentences; references, tables and the like are not prose.
+    unwanted = [*code.filter_headings(recursive=False),
+                *(t for t in code.filter_tags(recursive=True)
+                  if str(t.tag).lower() in ("ref", "table", "gallery", "math", "references"))]
+    for node in unwanted:
+        try:
+            code.remove(node)
+        except ValueError:  # inside a node removed already
+            pass
     text = code.strip_code(normalize=True, collapse=True)
-    lines = []
-    for line in text.split("\n"):
-        line = line.strip()
-        # headings' = marks and list bullets are markup strip_code leaves in place
-        if line.startswith("=") and line.endswith("="):
-            continue
-        lines.append(line.lstrip("*#:; ").strip())
-    return "\n".join(lines)
+    # list bullets and indents are markup that strip_code leaves at the start of a line
+    return "\n".join(line.strip().lstrip("*#:; ").strip() for line in text.split("\n"))
 
 
 def iter_records(path: str, fmt: str, fields: tuple[str, ...]) -> Iterator[tuple[str, Any]]:

@@ -17,7 +17,7 @@ NAMES = ("none", "blingfire", "pysbd", "sentencex")
 DEFAULT = "blingfire"
 
 # A run of CJK end punctuation and the closing quotes/brackets after it, not at the line's end.
-_CJK_END = re.compile(r"(?<=[。！？!?．｡])([」』”’）)\]】》〉]*)(?=[^\s」』”’）)\]】》〉。！？!?．｡])")
+_CJK_END = re.compile(r"(?<=[。！？．｡])([」』”’）)\]】》〉]*)(?=[^\s」』”’）)\]】》〉。！？!?．｡])")
 _HAS_CJK_END = re.compile(r"[。！？．｡]")
 
 
@@ -31,9 +31,24 @@ def _cjk_pass(sentences: list[str]) -> list[str]:
     return [s for s in out if s]
 
 
+_CLOSERS = "」』”’）)]】》〉"
+
+
+def _reattach_closers(sentences: list[str]) -> list[str]:
+    """Closing quotes/brackets a splitter left at the start of the next sentence go back to their own."""
+    out: list[str] = []
+    for s in sentences:
+        lead = len(s) - len(s.lstrip(_CLOSERS))
+        if lead and out:
+            out[-1] += s[:lead]
+            s = s[lead:].strip()
+        if s:
+            out.append(s)
+    return out
+
+
 def _finish(line: str, sentences: list[str]) -> list[str]:
-    sentences = _cjk_pass([s.strip() for s in sentences])
-    sentences = [s for s in sentences if s]
+    sentences = _cjk_pass(_reattach_closers([s.strip() for s in sentences if s.strip()]))
     return sentences or [line.strip()]
 
 

@@ -81,7 +81,7 @@ from typing import ClassVar, Iterator, Sequence
 import numpy as np
 from absl import logging
 
-from textrain.framework import corpus, fileio, metrics, records, text_encoders
+from textrain.framework import corpus, corpus_formats, fileio, metrics, records, text_encoders
 from textrain.framework.cli import UserError
 from textrain.framework.flags import help_text
 from textrain.framework.lazy_tf import tf
@@ -179,7 +179,7 @@ class GlueHParams(ClassificationHParams):
 
 
 @dataclasses.dataclass
-class TsvHParams(ClassificationHParams):
+class TsvHParams(ClassificationHParams, corpus_formats.RecordSettings):
     train_file: str = _setting("", "tsv_classification: training TSV (.gz/.bz2 ok; comma list/glob).")
     dev_file: str = _setting("", "tsv_classification: dev TSV (optional).")
     dev_fraction: float = _setting(0.0, "tsv_classification without --dev_file: hold out this share of the train "
@@ -729,8 +729,10 @@ class TsvClassification(ClassificationProblem):
         pattern = getattr(self.hparams, flag)
         if not pattern:
             raise UserError(f"--{flag} is required" if split == DatasetSplit.TRAIN else f"no --{flag}")
-        try:
-            return corpus.expand_paths(pattern)
+        hp = self.hparams
+        columns = tuple(c for c in (hp.text_a_column, hp.text_b_column, hp.label_column) if c)
+        try:  # structured files (JSON Lines, Parquet, ...) are read as a TSV of these columns
+            return corpus.expand_paths(pattern, corpus_formats.ReadOptions.of(hp, "table", columns))
         except corpus.CorpusError as e:
             raise UserError(f"--{flag}={pattern}: {e}") from None
 
