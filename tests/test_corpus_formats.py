@@ -262,3 +262,13 @@ def test_compressed_parquet_is_refused(work, tmp_path):
     line = _one_line_error(datagen(str(tmp_path / "o"), *BERT, f"--input_file={path}.gz",
                                    f"--vocab_file={work['vocab']}", ok=False))
     assert "c.parquet.gz" in line and "decompress" in line
+
+
+def test_beam_runner_same_shards(work, tmp_path):
+    """--runner=beam on a Parquet file writes the shards local datagen wrote from the plain text."""
+    pytest.importorskip("apache_beam")
+    path = cf.write_parquet(work["docs"], str(tmp_path / "c.parquet"))
+    direct_2 = "--runner=DirectRunner --direct_num_workers=2 --direct_running_mode=multi_processing"
+    datagen(str(tmp_path / "beam"), *BERT, f"--input_file={path}", f"--vocab_file={work['vocab']}",
+            "--sentence_splitter=none", "--runner=beam", f"--beam_pipeline_options={direct_2}")
+    assert shard_bytes(str(tmp_path / "beam")) == work["bert"]
