@@ -369,11 +369,18 @@ def _parquet_records(path: str, fields: tuple[str, ...]) -> Iterator[tuple[str, 
         columns = _columns_of(path, pf.schema_arrow.names, fields)
         for group in range(pf.num_row_groups):
             try:
-                rows = pf.read_row_group(group, columns=columns).to_pylist()
+                rows = _rows(pf.read_row_group(group, columns=columns), columns)
             except Exception as e:
                 raise _corrupt(path, f"row group {group}", e) from None
             for i, row in enumerate(rows):
                 yield f"row group {group}, row {i}", row
+
+
+def _rows(table: Any, columns: list[str]) -> list[dict]:
+    """A table's or record batch's rows as dicts of the asked columns (column-wise conversion: ~2x faster
+    than to_pylist's row-wise one)."""
+    values = [table.column(c).to_pylist() for c in columns]
+    return [dict(zip(columns, row)) for row in zip(*values)]
 
 
 def _arrow_records(path: str, fields: tuple[str, ...]) -> Iterator[tuple[str, Any]]:
@@ -402,7 +409,7 @@ def _arrow_records(path: str, fields: tuple[str, ...]) -> Iterator[tuple[str, An
                 raise _corrupt(path, f"record batch {number}", e) from None
             if batch is None:
                 return
-            rows = batch.select(columns).to_pylist()
+            rows = _rows(batch, columns)
             for i, row in enumerate(rows):
                 yield f"record batch {number}, row {i}", row
             number += 1
