@@ -9,14 +9,16 @@ candidate runs on the same paragraphs in the same run, each wrapped as datagen u
 (framework/sentence_splitters.py: the same CJK end-punctuation pass after each). NLTK punkt is trained on
 the paragraphs themselves (unsupervised). spaCy is not measured (not installed here).
 
-Datagen cost of the default: `textrain-datagen --problem=bert_pretrain` on the English paragraphs as
-JSON Lines with the default splitter vs --sentence_splitter=none, CPU seconds of each run.
+Datagen cost of the default: `textrain-datagen --problem=bert_pretrain` (default settings) on the English
+paragraphs as JSON Lines cut by the default splitter vs on the same sentences as plain text (the same
+shards, checked): CPU seconds of each run.
 
     nice -n 10 python3 benchmarks/bench_splitters.py [--kb_per_source 300]
 """
 from __future__ import annotations
 
 import argparse
+import glob
 import gzip
 import json
 import os
@@ -113,24 +115,33 @@ def evaluate(split, paras: list[list[str]], lang: str) -> tuple[float, float, fl
     return precision, recall, f1, mb / max(seconds, 1e-9)
 
 
-def datagen_cost(paras: list[list[str]], splitter: str, work: str) -> float:
-    """CPU seconds of a bert_pretrain datagen run on the paragraphs as JSON Lines (a record = 4 paragraphs)."""
-    corpus = os.path.join(work, "paragraphs.jsonl")
-    if not os.path.exists(corpus):
-        with open(corpus, "w", encoding="utf-8") as f:
-            for i in range(0, len(paras), 4):
-                f.write(json.dumps({"text": "\n".join(joined(p, "en") for p in paras[i:i + 4])}) + "\n")
-        from textrain.framework import text_encoders
-        text_encoders.build_wordpiece_vocab(iter([joined(p, "en") for p in paras]), vocab_size=8000,
-                                            out_file=os.path.join(work, "vocab.txt"))
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    subprocess.run([sys.executable, "-m", "textrain.framework.datagen", "--problem=bert_pretrain",
-                    f"--input_file={corpus}", f"--vocab_file={os.path.join(work, 'vocab.txt')}",
-                    f"--data_dir={os.path.join(work, splitter)}", "--num_shards=2",
-                    f"--sentence_splitter={splitter}"], check=True, cwd=REPO, capture_output=True,
-                   env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+def datagen_cost(paras: list[list[str]], work: str) -> tuple[float, float, bool]:
+    """CPU seconds of bert_pretrain datagen (default settings, 2 shards) on (a) the paragraphs as JSON Lines
+    (a record = 4 paragraphs), cut by the default splitter, and (b) the same sentences already cut, as
+    plain text; the difference is what splitting (and JSON) costs, as the two make the same shards."""
+    from textrain.framework import sentence_splitters as ss
+    from textrain.framework import text_encoders
+    split = ss.load(ss.DEFAULT)
+    records = ["\n".join(joined(p, "en") for p in paras[i:i + 4]) for i in range(0, len(paras), 4)]
+    jsonl, plain = os.path.join(work, "paragraphs.jsonl"), os.path.join(work, "sentences.txt")
+    with open(jsonl, "w", encoding="utf-8") as f:
+        f.writelines(json.dumps({"text": r}) + "\n" for r in records)
+    with open(plain, "w", encoding="utf-8") as f:
+        f.write("\n\n".join("\n".join(s for line in r.split("\n") for s in split(line)) for r in records) + "\n")
+    vocab = text_encoders.build_wordpiece_vocab(iter([joined(p, "en") for p in paras]), vocab_size=8000,
+                                                out_file=os.path.join(work, "vocab.txt"))
+    seconds, shards = [], []
+    for name, corpus in (("jsonl", jsonl), ("plain", plain)):
+        out = os.path.join(work, name)
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        subprocess.run([sys.executable, "-m", "textrain.framework.datagen", "--problem=bert_pretrain",
+                        f"--input_file={corpus}", f"--vocab_file={vocab}", f"--data_dir={out}", "--num_shards=2"],
+                       check=True, cwd=REPO, capture_output=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        seconds.append((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime))
+        files = sorted(glob.glob(os.path.join(out, "*", "*.tfrecord")))
+        shards.append([open(f, "rb").read() for f in files])
+    return seconds[0], seconds[1], shards[0] == shards[1]
 
 
 def main() -> None:
@@ -157,12 +168,11 @@ def main() -> None:
             row += [f"{p:.3f}", f"{r:.3f}", f"{f1:.3f}", f"{speed:.2f}"]
         print("| " + " | ".join(row) + " |", flush=True)
     with tempfile.TemporaryDirectory() as work:
-        en = data["en"]
-        none = datagen_cost(en, "none", work)
-        default = datagen_cost(en, ss.DEFAULT, work)
-        print(f"bert_pretrain datagen (default settings, 2 shards) on the English paragraphs as JSON Lines: "
-              f"{none:.1f} CPU-s without splitting, {default:.1f} with {ss.DEFAULT}: "
-              f"+{100 * (default - none) / none:.0f} %")
+        with_split, already_split, same = datagen_cost(data["en"], work)
+        print(f"bert_pretrain datagen (default settings, 2 shards), English: {with_split:.2f} CPU-s on the "
+              f"paragraphs as JSON Lines cut by {ss.DEFAULT}, {already_split:.2f} on the same sentences as plain "
+              f"text (shards identical: {same}): splitting and JSON cost "
+              f"+{100 * (with_split - already_split) / already_split:.0f} %")
     print(f"load: {os.getloadavg()[0]:.2f} (1-min average) at the end")
 
 

@@ -359,21 +359,26 @@ def _refuse_compressed(path: str, fmt: str) -> None:
 
 def _parquet_records(path: str, fields: tuple[str, ...]) -> Iterator[tuple[str, Any]]:
     _refuse_compressed(path, "Parquet")
-    _require("pyarrow", path)
+    errors = _arrow_errors(_require("pyarrow", path))
     import pyarrow.parquet as pq
     with fileio.open_file(path, "rb") as f:
         try:
             pf = pq.ParquetFile(f)
-        except Exception as e:  # pyarrow's ArrowInvalid / OSError on a bad footer
+        except errors as e:
             raise _corrupt(path, "its footer", e) from None
         columns = _columns_of(path, pf.schema_arrow.names, fields)
         for group in range(pf.num_row_groups):
             try:
                 rows = _rows(pf.read_row_group(group, columns=columns), columns)
-            except Exception as e:
+            except errors as e:
                 raise _corrupt(path, f"row group {group}", e) from None
             for i, row in enumerate(rows):
                 yield f"row group {group}, row {i}", row
+
+
+def _arrow_errors(pa: Any) -> tuple[type[BaseException], ...]:
+    """What pyarrow raises on a corrupt file: ArrowInvalid (a ValueError), ArrowIOError (an OSError), ..."""
+    return (pa.ArrowException, OSError, ValueError)
 
 
 def _rows(table: Any, columns: list[str]) -> list[dict]:
@@ -386,6 +391,7 @@ def _rows(table: Any, columns: list[str]) -> list[dict]:
 def _arrow_records(path: str, fields: tuple[str, ...]) -> Iterator[tuple[str, Any]]:
     _refuse_compressed(path, "Arrow")
     pa = _require("pyarrow", path)
+    errors = _arrow_errors(pa)
     source = pa.memory_map(path) if fileio.is_local(path) else pa.PythonFile(fileio.open_file(path, "rb"))
     with source:
         try:
@@ -398,14 +404,14 @@ def _arrow_records(path: str, fields: tuple[str, ...]) -> Iterator[tuple[str, An
                 source.seek(0)
                 reader = pa.ipc.open_stream(source)
                 batches, names = iter(reader), reader.schema.names
-        except Exception as e:
+        except errors as e:
             raise _corrupt(path, "its schema", e) from None
         columns = _columns_of(path, names, fields)
         number = 0
         while True:
             try:
                 batch = next(batches, None)
-            except Exception as e:
+            except errors as e:
                 raise _corrupt(path, f"record batch {number}", e) from None
             if batch is None:
                 return

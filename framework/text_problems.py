@@ -246,5 +246,6 @@ class WordpieceCorpusProblem(Problem):
 
     def manifest_settings(self, data_dir: str) -> dict:
         encoder = self.encoder(data_dir)
-        return dict(corpus_formats.without_default_settings(dataclasses.asdict(self.hparams)), requested_vocab_size=self.hparams.vocab_size,
+        settings = corpus_formats.without_default_settings(dataclasses.asdict(self.hparams))
+        return dict(settings, requested_vocab_size=self.hparams.vocab_size,
                     vocab_size=int(encoder.vocab_size), vocab_fingerprint=encoder.fingerprint())
