@@ -496,6 +496,8 @@ def iter_records(path: str, fmt: str, fields: tuple[str, ...]) -> Iterator[tuple
 
 
 def _lookup(record: Any, dotted: str, where: str) -> Any:
+    if type(record) is dict and dotted in record:  # the common case: a top-level field
+        return record[dotted]
     value = record
     for key in dotted.split("."):
         if not isinstance(value, dict) or key not in value:
@@ -543,15 +545,16 @@ def document_records(path: CorpusFile) -> Iterator[str]:
 
 def document_renderer(path: CorpusFile) -> Callable[[str], str]:
     """raw record text -> the document's text: its non-blank lines, each cut into sentences, one a line."""
-    split = sentence_splitters.load(path.options.sentence_splitter)
+    name = path.options.sentence_splitter
+    split = sentence_splitters.load(name)
+
+    def lines_of(text: str) -> Iterator[str]:
+        return filter(None, map(str.strip, (text.replace("\r", "\n") if "\r" in text else text).split("\n")))
 
     def render(text: str) -> str:
-        sentences: list[str] = []
-        for line in text.replace("\r", "\n").split("\n"):
-            line = line.strip()
-            if line:
-                sentences.extend(split(line))
-        return "\n".join(sentences)
+        if name == "none":  # the hot path of sentence-per-line records: no call per line
+            return "\n".join(lines_of(text))
+        return "\n".join(s for line in lines_of(text) for s in split(line))
 
     return render
 
