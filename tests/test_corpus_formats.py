@@ -272,3 +272,53 @@ def test_beam_runner_same_shards(work, tmp_path):
     datagen(str(tmp_path / "beam"), *BERT, f"--input_file={path}", f"--vocab_file={work['vocab']}",
             "--sentence_splitter=none", "--runner=beam", f"--beam_pipeline_options={direct_2}")
     assert shard_bytes(str(tmp_path / "beam")) == work["bert"]
+
+
+# ----------------------------------------------------------------------------------------------- #
+# detection; the plain-text path without the [corpora] extra
+# ----------------------------------------------------------------------------------------------- #
+def test_format_from_name_then_content(work, tmp_path):
+    docs = work["docs"][:3]
+    named = {"a.jsonl.zst": cf.write_jsonl, "a.ndjson": cf.write_jsonl, "a.csv": cf.write_csv,
+             "a.parquet": cf.write_parquet, "a.arrow": cf.write_arrow, "a.txt": cf.write_jsonl,
+             "wiki.xml.gz": cf.write_mediawiki}
+    expected = {"a.jsonl.zst": "jsonl", "a.ndjson": "jsonl", "a.csv": "csv", "a.parquet": "parquet",
+                "a.arrow": "arrow", "a.txt": "text", "wiki.xml.gz": "mediawiki"}
+    unnamed = {"p.bin": cf.write_parquet, "s.bin": lambda d, p: cf.write_arrow(d, p, stream=True),
+               "f.bin": cf.write_arrow, "j.bin": cf.write_jsonl, "w.bin": cf.write_mediawiki, "t.bin": cf.write_text}
+    expected.update({"p.bin": "parquet", "s.bin": "arrow", "f.bin": "arrow", "j.bin": "jsonl", "w.bin": "mediawiki",
+                     "t.bin": "text"})
+    for name, writer in {**named, **unnamed}.items():
+        writer(docs, str(tmp_path / name))
+        assert corpus_formats.detect_format(str(tmp_path / name)) == expected[name], name
+
+
+_BLOCK_EXTRAS = """
+import sys
+class Block:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("pyarrow", "zstandard", "mwparserfromhell", "blingfire"):
+            raise ImportError(f"no module named {name} (blocked)")
+sys.meta_path.insert(0, Block())
+sys.argv = ["textrain-datagen", *sys.argv[1:]]
+from textrain.framework import datagen
+datagen.run()
+"""
+
+
+def test_plain_text_needs_no_extra_and_formats_name_theirs(work, tmp_path):
+    """Without pyarrow, zstandard, mwparserfromhell and blingfire: plain text makes its shards; a Parquet
+    file or the default splitter is one line naming the package to install."""
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-c", _BLOCK_EXTRAS, *BERT, f"--vocab_file={work['vocab']}", *args],
+                              cwd=REPO, capture_output=True, text=True, timeout=300,
+                              env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    proc = run(f"--input_file={work['text']}", f"--data_dir={tmp_path / 'plain'}")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert shard_bytes(str(tmp_path / "plain")) == work["bert"]
+    parquet = cf.write_parquet(work["docs"], str(tmp_path / "c.parquet"))
+    line = _one_line_error(run(f"--input_file={parquet}", f"--data_dir={tmp_path / 'p'}", "--sentence_splitter=none"))
+    assert "pyarrow" in line and "textrain[corpora]" in line
+    jsonl = cf.write_jsonl(work["docs"], str(tmp_path / "c.jsonl"))
+    line = _one_line_error(run(f"--input_file={jsonl}", f"--data_dir={tmp_path / 'j'}"))
+    assert "blingfire" in line and "--sentence_splitter=none" in line
