@@ -6,7 +6,9 @@ knows how to read it), and the corpus reader opens a structured file as the plai
 (`open_rendered`), so every problem, runner and worker split reads it as it reads a text file:
 - layout "documents" (pretraining): a record is a document, its lines (cut into sentences by the
   settings' `sentence_splitter`) its sentences; a blank line follows each record. Blank lines inside a
-  record do not split it.
+  record (paragraph breaks) do not split it, unless `paragraphs_as_documents`: then each paragraph
+  is a document (for NSP and document boundaries drawn at paragraphs, as sentence-per-line corpora
+  made from Wikipedia often are).
 - layout "lines" (translation): a record is one line (its line breaks become spaces); a blank record
   stays a blank line, so two files of pairs stay aligned.
 - layout "table" (classification): a header of the asked columns, then a tab-separated row per record
@@ -32,6 +34,7 @@ import gzip
 import io
 import json
 import os
+import re
 import zlib
 from typing import Any, Callable, Iterator
 
@@ -92,6 +95,9 @@ class DocumentSettings(TextFieldSettings):
         "Structured corpora: how a record's lines are cut into sentences: "
         f"{' | '.join(sentence_splitters.NAMES)} (none: each line is a sentence). Plain text is never cut.",
         choices=sentence_splitters.NAMES))
+    paragraphs_as_documents: bool = dataclasses.field(default=False, metadata=help_text(
+        "Structured corpora: a blank line inside a record (a paragraph break) ends a document; "
+        "default: a record is one document."))
 
 
 SETTING_NAMES = tuple(f.name for f in dataclasses.fields(DocumentSettings))
@@ -113,6 +119,7 @@ class ReadOptions:
     fields: tuple[str, ...] = ()
     skip_bad_records: int = 0
     sentence_splitter: str = "none"
+    paragraphs_as_documents: bool = False
 
     @classmethod
     def of(cls, settings: Any, layout: str = "documents", fields: tuple[str, ...] = ()) -> "ReadOptions":
@@ -120,7 +127,8 @@ class ReadOptions:
         return cls(input_format=settings.input_format, layout=layout,
                    text_field=getattr(settings, "text_field", "text"), fields=tuple(fields),
                    skip_bad_records=settings.skip_bad_records,
-                   sentence_splitter=getattr(settings, "sentence_splitter", "none"))
+                   sentence_splitter=getattr(settings, "sentence_splitter", "none"),
+                   paragraphs_as_documents=getattr(settings, "paragraphs_as_documents", False))
 
 
 class CorpusFile(str):
@@ -537,10 +545,16 @@ def _values(path: CorpusFile) -> Iterator[tuple[str, tuple]]:
 # Records as the text they stand for
 # =============================================================================================== #
 def document_records(path: CorpusFile) -> Iterator[str]:
-    """The raw text of each record that has any (a document of the "documents" layout, not yet split)."""
+    """The raw text of each document of the "documents" layout, not yet cut into sentences: each record
+    that has any text, or each of its paragraphs with `paragraphs_as_documents`."""
+    paragraphs = path.options.paragraphs_as_documents
     for _, (text,) in _values(path):
-        if text and not text.isspace():
-            yield text
+        for piece in _PARAGRAPH_BREAK.split(text) if paragraphs else (text,):
+            if piece and not piece.isspace():
+                yield piece
+
+
+_PARAGRAPH_BREAK = re.compile(r"\n\s*\n")  # a line break, then blank lines (\s: \r too)
 
 
 def document_renderer(path: CorpusFile) -> Callable[[str], str]:

@@ -322,3 +322,17 @@ def test_plain_text_needs_no_extra_and_formats_name_theirs(work, tmp_path):
     jsonl = cf.write_jsonl(work["docs"], str(tmp_path / "c.jsonl"))
     line = _one_line_error(run(f"--input_file={jsonl}", f"--data_dir={tmp_path / 'j'}"))
     assert "blingfire" in line and "--sentence_splitter=none" in line
+
+
+def test_paragraphs_as_documents(work, tmp_path):
+    """Records of two paragraphs each (a blank line between): --paragraphs_as_documents makes each paragraph
+    a document, the shards of the plain text whose documents they are."""
+    docs = work["docs"]
+    records = ["\n\n".join("\n".join(d) for d in docs[i:i + 2]) for i in range(0, len(docs), 2)]
+    path = tmp_path / "paragraphs.jsonl"
+    path.write_text("".join(json.dumps({"text": r}) + "\n" for r in records))
+    common = [*BERT, f"--input_file={path}", f"--vocab_file={work['vocab']}", "--sentence_splitter=none"]
+    datagen(str(tmp_path / "a"), *common, "--paragraphs_as_documents")
+    assert shard_bytes(str(tmp_path / "a")) == work["bert"]
+    datagen(str(tmp_path / "b"), *common)  # a record is one document: other pairs
+    assert shard_bytes(str(tmp_path / "b")) != work["bert"]
