@@ -190,7 +190,7 @@ def detect_format(path: str) -> str:
         head = f.read(4096)
     if head.startswith(b"PAR1"):
         return "parquet"
-    if head.startswith(b"ARROW1") or head[4:8] == b"\xff\xff\xff\xff" or head.startswith(b"\xff\xff\xff\xff"):
+    if head.startswith((b"ARROW1", b"\xff\xff\xff\xff")):  # IPC file; IPC stream (continuation marker)
         return "arrow"
     text = head.lstrip().lstrip(b"\xef\xbb\xbf")
     if text.startswith(b"<mediawiki") or (text.startswith(b"<?xml") and b"<mediawiki" in text):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import pickle
 import subprocess
 import sys
 
@@ -291,6 +292,9 @@ def test_format_from_name_then_content(work, tmp_path):
     for name, writer in {**named, **unnamed}.items():
         writer(docs, str(tmp_path / name))
         assert corpus_formats.detect_format(str(tmp_path / name)) == expected[name], name
+    (path,) = corpus.expand_paths(str(tmp_path / "j.bin"), corpus_formats.ReadOptions(text_field="x"))
+    again = pickle.loads(pickle.dumps(path))  # what a Beam worker would get
+    assert again == path and again.options == path.options and again.options.input_format == "jsonl"
 
 
 _BLOCK_EXTRAS = """
