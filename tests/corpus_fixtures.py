@@ -93,8 +93,13 @@ def write_dataset_dir(docs: Docs, path: str) -> str:
     return path
 
 
-def write_csv(docs: Docs, path: str) -> str:
+def write_csv(docs: Docs, path: str, delimiter: str = ",") -> str:
+    """CSV (quoted cells hold the line breaks); a TSV has no quoting, so its cells hold a document's
+    sentences as one paragraph, cut again by the sentence splitter."""
     with open(path, "w", encoding="utf-8", newline="") as f:
+        if delimiter == "\t":
+            f.write("id\ttext\n" + "".join(f"{i}\t{' '.join(d)}\n" for i, d in enumerate(docs)))
+            return path
         w = csv.writer(f)
         w.writerow(["id", "text"])
         for i, d in enumerate(docs):
@@ -145,6 +150,8 @@ WRITERS: dict[str, tuple[Callable[[Docs, str], str], str, list[str]]] = {
     "arrow stream": (lambda d, p: write_arrow(d, p, stream=True), "stream.arrow", []),
     "datasets dir": (write_dataset_dir, "saved", []),
     "csv": (write_csv, "corpus.csv", []),
+    "tsv": (lambda d, p: write_csv(d, p, delimiter="\t"), "corpus.tsv", []),
+    "mediawiki .xml.bz2": (write_mediawiki, "pages-articles.xml.bz2", []),
 }
 
 
