@@ -5,7 +5,10 @@ between documents. `<eop>` paragraph marks are left in the text for the problems
 
 Decisions:
 - Files are read through `tf.io.gfile`, so `gs://` paths work; `.gz` and `.bz2` are decompressed
-  transparently (by extension), as tensor2tensor does.
+  transparently (by extension), as tensor2tensor does (`.zst` too, through corpus_formats).
+- Other formats (JSON Lines, Parquet, Arrow, CSV/TSV, MediaWiki XML): `expand_paths(pattern, options)`
+  gives `corpus_formats.CorpusFile`s, opened here as the text they stand for; documents of records are
+  counted without being cut into sentences unless kept (see corpus_formats).
 - Bytes that are not UTF-8 are an error naming the file and line by default. `on_bad_utf8="replace"`
   substitutes U+FFFD, `"skip"` drops the line; both count what they did and log it once per file.
 - A document never continues into the next file, and empty documents are never yielded.
