@@ -225,27 +225,31 @@ class _ZstdFrames(io.RawIOBase):
 
     def __init__(self, raw: Any, zstd: Any):
         self.raw, self.zstd, self.offset = raw, zstd, 0
-        self._dobj, self._in_frame, self._out = zstd.ZstdDecompressor().decompressobj(), False, b""
+        self._dobj, self._in_frame = zstd.ZstdDecompressor().decompressobj(), False
+        self._out, self._at = b"", 0  # decompressed bytes not yet read, from _at on
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, b: Any) -> int:
-        while not self._out:
+        while self._at >= len(self._out):
             chunk = self.raw.read(1 << 20)
             if not chunk:
                 if self._in_frame:
                     raise self.zstd.ZstdError(f"the data ends inside a frame at byte {self.offset}")
                 return 0
             self.offset += len(chunk)
+            parts = []
             while chunk:
-                self._out += self._dobj.decompress(chunk)
+                parts.append(self._dobj.decompress(chunk))
                 self._in_frame = not self._dobj.eof
                 chunk = self._dobj.unused_data if self._dobj.eof else b""
                 if self._dobj.eof:
                     self._dobj = self.zstd.ZstdDecompressor().decompressobj()
-        n = min(len(b), len(self._out))
-        b[:n], self._out = self._out[:n], self._out[n:]
+            self._out, self._at = b"".join(parts), 0
+        n = min(len(b), len(self._out) - self._at)
+        b[:n] = memoryview(self._out)[self._at:self._at + n]
+        self._at += n
         return n
 
     def close(self) -> None:
