@@ -37,8 +37,9 @@ start = time.process_time()
 options = corpus_formats.ReadOptions(input_format=fmt, sentence_splitter=splitter)
 paths = corpus.expand_paths(path, options) if fmt != "plain" else corpus.expand_paths(path)
 lines = sum(len(corpus.document_lines(t)) for t in corpus.iter_document_texts(paths))
-print(json.dumps({"cpu": time.process_time() - start, "lines": lines,
-                  "rss_mb": int(next(l for l in open("/proc/self/status") if l.startswith("VmHWM")).split()[1]) / 1024}))
+cpu = time.process_time() - start
+peak_kb = int(next(l for l in open("/proc/self/status") if l.startswith("VmHWM")).split()[1])
+print(json.dumps({"cpu": cpu, "lines": lines, "rss_mb": peak_kb / 1024}))
 """
 
 
