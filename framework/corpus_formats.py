@@ -196,8 +196,11 @@ def detect_format(path: str) -> str:
     if text.startswith(b"<mediawiki") or (text.startswith(b"<?xml") and b"<mediawiki" in text):
         return "mediawiki"
     if text.startswith(b"{"):
+        first, newline, _ = text.partition(b"\n")
+        if not newline:  # a first line longer than what was read: an object, not prose
+            return "jsonl"
         try:
-            json.loads(text.split(b"\n", 1)[0])
+            json.loads(first)
             return "jsonl"
         except ValueError:
             pass
