@@ -39,12 +39,18 @@ setup(
         "google-crc32c>=1.5",
     ],
     extras_require={
-        "test": ["pytest>=7"],
+        # datasets: tests/test_corpus_formats.py writes a real save_to_disk directory with it.
+        "test": ["pytest>=7", "datasets>=2.14"],
         # textrain-datagen --runner=beam (docs/BEAM.md). 2.77 needs protobuf<7 (6.33), which TF 2.21 accepts
         # (>=6.31.1,<8): verified together with TF 2.21.0.
         "beam": ["apache-beam>=2.77,<3"],
         # --word_segmenter=jieba (Chinese whole-word masking; pure Python).
         "zh": ["jieba>=0.42"],
+        # Corpora where users keep them (framework/corpus_formats.py): Parquet/Arrow/`datasets` dirs (pyarrow),
+        # .zst (zstandard), MediaWiki dumps (mwparserfromhell strips the markup), and the default sentence
+        # splitter for records that hold documents (blingfire: best boundary F1 of the candidates measured by
+        # benchmarks/bench_splitters.py, English and Chinese, at ~15 MB/s per core). Imported only when used.
+        "corpora": ["pyarrow>=14", "zstandard>=0.22", "mwparserfromhell>=0.6", "blingfire>=0.1.8"],
     },
     entry_points={
         "console_scripts": [

@@ -5,7 +5,10 @@ between documents. `<eop>` paragraph marks are left in the text for the problems
 
 Decisions:
 - Files are read through `tf.io.gfile`, so `gs://` paths work; `.gz` and `.bz2` are decompressed
-  transparently (by extension), as tensor2tensor does.
+  transparently (by extension), as tensor2tensor does (`.zst` too, through corpus_formats).
+- Other formats (JSON Lines, Parquet, Arrow, CSV/TSV, MediaWiki XML): `expand_paths(pattern, options)`
+  gives `corpus_formats.CorpusFile`s, opened here as the text they stand for; documents of records are
+  counted without being cut into sentences unless kept (see corpus_formats).
 - Bytes that are not UTF-8 are an error naming the file and line by default. `on_bad_utf8="replace"`
   substitutes U+FFFD, `"skip"` drops the line; both count what they did and log it once per file.
 - A document never continues into the next file, and empty documents are never yielded.
@@ -30,13 +33,12 @@ import gzip
 import io
 import os
 import re
-import zlib
 from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 from absl import logging
 
-from textrain.framework import fileio
+from textrain.framework import corpus_formats, fileio
 from textrain.framework.errors import UserError
 
 BAD_UTF8_POLICIES = ("error", "replace", "skip")
@@ -46,8 +48,11 @@ class CorpusError(UserError, ValueError):
     """Bad or missing input text; the message names the file (and line)."""
 
 
-def expand_paths(pattern: str) -> list[str]:
-    """Comma-separated paths or globs -> sorted, de-duplicated file list; no match is an error."""
+def expand_paths(pattern: str, options: corpus_formats.ReadOptions | None = None) -> list[str]:
+    """Comma-separated paths or globs -> sorted, de-duplicated file list; no match is an error.
+
+    With `options` (a problem's reader settings) the paths are `corpus_formats.CorpusFile`s, each with
+    its format, and a `datasets` save_to_disk directory stands for its Arrow files."""
     if not pattern or not pattern.strip():
         raise CorpusError("no input files given (empty --input_file)")
     paths: list[str] = []
@@ -57,16 +62,25 @@ def expand_paths(pattern: str) -> list[str]:
         matches = fileio.glob(part)
         if not matches:
             raise CorpusError(f"no file matches {part!r}")
-        paths.extend(m for m in sorted(matches) if not fileio.isdir(m))
-    return sorted(dict.fromkeys(paths))
+        for m in sorted(matches):
+            if not fileio.isdir(m):
+                paths.append(m)
+            elif options is not None:
+                paths.extend(corpus_formats.dataset_dir_files(m) or [])
+    paths = sorted(dict.fromkeys(paths))
+    return paths if options is None else corpus_formats.corpus_files(paths, options)
 
 
 def is_compressed(path: str) -> bool:
-    """A .gz/.bz2 file, decompressed by the reader (whose lines keep their carriage returns)."""
-    return path.endswith((".gz", ".bz2"))
+    """A .gz/.bz2/.zst file, decompressed by the reader (whose lines keep their carriage returns)."""
+    return path.endswith((".gz", ".bz2", ".zst"))
 
 
 def _open_binary(path: str) -> io.BufferedIOBase:
+    if corpus_formats.is_structured(path):  # read as the text its records stand for
+        return corpus_formats.open_rendered(path)
+    if path.endswith(".zst"):
+        return corpus_formats.open_binary(path)
     if not fileio.exists(path):
         raise CorpusError(f"{path}: no such file")
     raw = fileio.open_file(path, "rb")
@@ -103,7 +117,7 @@ def iter_lines(path: str, on_bad_utf8: str = "error") -> Iterator[tuple[int, str
                         continue
                     line = raw.decode("utf-8", errors="replace")
                 yield lineno, line.rstrip("\r\n")
-        except (OSError, EOFError, zlib.error) as e:  # truncated/corrupt .gz or .bz2
+        except corpus_formats.read_errors() as e:  # truncated/corrupt .gz, .bz2 or .zst
             raise CorpusError(f"{path}: cannot read ({type(e).__name__}: {e}); the compressed file is "
                               f"corrupt or truncated: re-download or re-compress it") from None
     if bad:
@@ -158,7 +172,7 @@ def _iter_byte_blocks(path: str) -> Iterator[bytes]:
             if pending:
                 block = b"".join(pending)
                 yield block.replace(b"\r", b"") if drop_cr else block
-        except (OSError, EOFError, zlib.error) as e:  # truncated/corrupt .gz or .bz2
+        except corpus_formats.read_errors() as e:  # truncated/corrupt .gz, .bz2 or .zst
             raise CorpusError(f"{path}: cannot read ({type(e).__name__}: {e}); the compressed file is "
                               f"corrupt or truncated: re-download or re-compress it") from None
 
@@ -265,6 +279,14 @@ def iter_document_texts(paths: Sequence[str] | str, on_bad_utf8: str = "error",
         paths = expand_paths(paths)
     index = -1
     for path in paths:
+        if corpus_formats.is_structured(path) and path.options.layout == "documents":
+            # A record is a document: the others are counted, never cut into sentences.
+            render = corpus_formats.document_renderer(path)
+            for raw in corpus_formats.document_records(path):
+                index += 1
+                if keep is None or keep(index):
+                    yield render(raw)
+            continue
         known = spans.lookup(path) if spans is not None else None
         if known is not None:
             for text in _read_spans(path, known, index, on_bad_utf8, keep):
@@ -367,7 +389,7 @@ class DocumentSpans:
 
     @staticmethod
     def _identity(path: str) -> tuple[int, int] | None:
-        if not fileio.is_local(path) or is_compressed(path):
+        if not fileio.is_local(path) or is_compressed(path) or corpus_formats.is_structured(path):
             return None
         try:
             st = os.stat(path)

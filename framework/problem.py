@@ -15,7 +15,7 @@ import dataclasses
 import os
 from typing import Any, ClassVar, Iterator
 
-from textrain.framework import fileio, generator, manifests, pipeline
+from textrain.framework import corpus_formats, fileio, generator, manifests, pipeline
 from textrain.framework.errors import MissingDataError, RecordError
 from textrain.framework.lazy_tf import tf
 from textrain.framework.settings import validate_settings
@@ -103,6 +103,7 @@ class Problem:
 
     def manifest_settings(self, data_dir: str) -> dict:
         settings = dataclasses.asdict(self.hparams) if dataclasses.is_dataclass(self.hparams) else {}
+        settings = corpus_formats.without_default_settings(settings)
         for name, encoder in self.feature_encoders(data_dir).items():
             settings[f"{name}_vocab_fingerprint"] = encoder.fingerprint()
             settings.setdefault(f"{name}_vocab_size", encoder.vocab_size)

@@ -19,7 +19,7 @@ from typing import Callable, Iterable, Iterator, Sequence
 
 from absl import logging
 
-from textrain.framework import corpus, fileio
+from textrain.framework import corpus, corpus_formats, fileio
 from textrain.framework.encoders import EOS_ID, SubwordTextEncoder, WordpieceEncoder, build_wordpiece_vocab
 from textrain.framework.lazy_tf import tf
 from textrain.framework.problem import DatasetSplit, Problem
@@ -206,7 +206,7 @@ class WordpieceCorpusProblem(Problem):
         if not self.hparams.input_file:
             raise ValueError("--input_file is required: the raw text (one sentence per line, a blank "
                              "line between documents), comma-separated paths or globs")
-        return corpus.expand_paths(self.hparams.input_file)
+        return corpus.expand_paths(self.hparams.input_file, corpus_formats.ReadOptions.of(self.hparams))
 
     def documents(self, paths: list[str]) -> Iterator[list[str]]:
         """The corpus as documents (lists of lines)."""
@@ -244,5 +244,6 @@ class WordpieceCorpusProblem(Problem):
 
     def manifest_settings(self, data_dir: str) -> dict:
         encoder = self.encoder(data_dir)
-        return dict(dataclasses.asdict(self.hparams), requested_vocab_size=self.hparams.vocab_size,
+        settings = corpus_formats.without_default_settings(dataclasses.asdict(self.hparams))
+        return dict(settings, requested_vocab_size=self.hparams.vocab_size,
                     vocab_size=int(encoder.vocab_size), vocab_fingerprint=encoder.fingerprint())

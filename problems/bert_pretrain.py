@@ -94,11 +94,11 @@ from typing import Any, Callable, Iterable, Iterator, NamedTuple, Sequence
 import numpy as np
 from absl import logging
 
-from textrain.framework import corpus, records, word_segmenters
+from textrain.framework import corpus, corpus_formats, records, word_segmenters
 from textrain.framework.generator import shard_np_rng, shard_rng
+from textrain.framework.settings import help_text
 from textrain.framework.lazy_tf import tf
 from textrain.framework.registry import register_problem
-from textrain.framework.settings import help_text
 from textrain.framework.text_problems import WordpieceCorpusProblem, document_selector
 from textrain.framework.truncation import truncate_seq_pair
 
@@ -116,7 +116,7 @@ def _setting(default: Any, text: str, **accepts: Any) -> Any:
 
 
 @dataclasses.dataclass
-class BertPretrainHParams:
+class BertPretrainHParams(corpus_formats.DocumentSettings):
     """Settings; field names are the original script's flag names (framework/flags.py makes flags)."""
 
     input_file: str = _setting("", "Raw text: one sentence per line, a blank line between documents; "

@@ -36,7 +36,7 @@ from typing import ClassVar, Iterator
 
 import numpy as np
 
-from textrain.framework import fileio
+from textrain.framework import corpus_formats, fileio
 from textrain.framework.errors import UserError
 from textrain.framework.settings import help_text
 from textrain.framework.lazy_tf import tf
@@ -209,7 +209,8 @@ class ClassificationProblem(FinetuneTask):
     def manifest_settings(self, data_dir: str) -> dict:
         encoder = self.encoder()
         labels = self.labels(data_dir)
-        return dict(dataclasses.asdict(self.hparams), task_type=self.task_type, label_list=labels,
+        settings = corpus_formats.without_default_settings(dataclasses.asdict(self.hparams))
+        return dict(settings, task_type=self.task_type, label_list=labels,
                     num_labels=1 if self.task_type == "regression" else len(labels),
                     vocab_size=int(encoder.vocab_size), vocab_fingerprint=encoder.fingerprint(),
                     layout="xlnet" if self.hparams.tokenizer == "sentencepiece" else "bert")

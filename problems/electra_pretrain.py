@@ -59,12 +59,12 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 import numpy as np
 from absl import logging
 
-from textrain.framework import corpus, records, word_segmenters
+from textrain.framework import corpus, corpus_formats, records, word_segmenters
 from textrain.framework.generator import shard_rng
+from textrain.framework.settings import help_text
 from textrain.framework.lazy_tf import tf
 from textrain.framework.problem import DatasetSplit, ModeKeys
 from textrain.framework.registry import register_problem
-from textrain.framework.settings import help_text
 from textrain.framework.text_problems import WordpieceCorpusProblem, document_selector
 
 # Probabilities and constants of the original builder (build_pretraining_dataset.py).
@@ -465,7 +465,7 @@ SPECIAL_TOKENS = ("[PAD]", "[CLS]", "[SEP]", "[MASK]")  # the model masks dynami
 
 
 @dataclasses.dataclass
-class ElectraPretrainHParams:
+class ElectraPretrainHParams(corpus_formats.DocumentSettings):
     """Settings; names follow the original script's flags (framework/flags.py makes absl flags of them)."""
 
     input_file: str = dataclasses.field(default="", metadata=help_text(

@@ -17,15 +17,15 @@ import itertools
 import os
 from typing import Iterator
 
-from textrain.framework import corpus, fileio
+from textrain.framework import corpus, corpus_formats, fileio
+from textrain.framework.settings import help_text
 from textrain.framework.problem import DatasetSplit
 from textrain.framework.registry import register_problem
-from textrain.framework.settings import help_text
 from textrain.framework.text_problems import Text2TextProblem
 
 
 @dataclasses.dataclass
-class TranslateHParams:
+class TranslateHParams(corpus_formats.TextFieldSettings):
     dev_every: int = dataclasses.field(
         default=100, metadata=help_text("translate: every N-th line pair goes to the dev split", low=2))
     on_bad_utf8: str = dataclasses.field(
@@ -34,7 +34,7 @@ class TranslateHParams:
 
 
 def _find(tmp_dir: str, name: str) -> str:
-    for suffix in ("", ".gz", ".bz2"):
+    for suffix in corpus_formats.file_suffixes():
         path = os.path.join(tmp_dir, name + suffix)
         if fileio.exists(path):
             return path
@@ -64,8 +64,9 @@ class TranslateProblem(Text2TextProblem):
         return [(DatasetSplit.TRAIN, 8), (DatasetSplit.EVAL, 1)]
 
     def generate_samples(self, data_dir, tmp_dir, split) -> Iterator[dict]:
-        source = _find(tmp_dir, f"train.{self.source_lang}")
-        target = _find(tmp_dir, f"train.{self.target_lang}")
+        options = corpus_formats.ReadOptions.of(self.hparams, layout="lines")
+        source, target = corpus_formats.corpus_files(
+            [_find(tmp_dir, f"train.{self.source_lang}"), _find(tmp_dir, f"train.{self.target_lang}")], options)
         every = self.hparams.dev_every
         for n, s, t in parallel_pairs(source, target, self.hparams.on_bad_utf8):
             if not s or not t:

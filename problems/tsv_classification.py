@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar, Iterator
 
-from textrain.framework import corpus
+from textrain.framework import corpus, corpus_formats
 from textrain.framework.errors import UserError
 from textrain.framework.problem import DatasetSplit
 from textrain.framework.registry import register_problem
@@ -31,7 +31,7 @@ from textrain.problems.tsv_reader import Columns, Row
 
 
 @dataclasses.dataclass
-class TsvHParams(ClassificationHParams):
+class TsvHParams(ClassificationHParams, corpus_formats.RecordSettings):
     train_file: str = setting("", "tsv_classification: training TSV (.gz/.bz2 ok; comma list/glob).")
     dev_file: str = setting("", "tsv_classification: dev TSV (optional).")
     dev_fraction: float = setting(0.0, "tsv_classification without --dev_file: hold out this share of the train "
@@ -77,8 +77,10 @@ class TsvClassification(ClassificationProblem):
         pattern = getattr(self.hparams, flag)
         if not pattern:
             raise UserError(f"--{flag} is required" if split == DatasetSplit.TRAIN else f"no --{flag}")
-        try:
-            return corpus.expand_paths(pattern)
+        hp = self.hparams
+        columns = tuple(c for c in (hp.text_a_column, hp.text_b_column, hp.label_column) if c)
+        try:  # structured files (JSON Lines, Parquet, ...) are read as a TSV of these columns
+            return corpus.expand_paths(pattern, corpus_formats.ReadOptions.of(hp, "table", columns))
         except corpus.CorpusError as e:
             raise UserError(f"--{flag}={pattern}: {e}") from None
 

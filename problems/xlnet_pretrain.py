@@ -69,7 +69,7 @@ from typing import Callable, Iterable, Iterator, Sequence
 import numpy as np
 from absl import logging
 
-from textrain.framework import corpus, encoders, fileio, records
+from textrain.framework import corpus, corpus_formats, encoders, fileio, records
 from textrain.framework.errors import SettingsMismatchError
 from textrain.framework.generator import shard_np_rng
 from textrain.framework.lazy_tf import tf
@@ -93,7 +93,7 @@ _ENCODE_CHUNK_CHARS = 1 << 20
 
 
 @dataclasses.dataclass
-class XlnetPretrainHParams:
+class XlnetPretrainHParams(corpus_formats.DocumentSettings):
     """Settings, named as the original data_utils.py / train_gpu.py flags."""
 
     input_file: str = dataclasses.field(default="", metadata=help_text(
@@ -781,8 +781,9 @@ class XlnetPretrain(Problem):
             return
         fileio.makedirs(os.path.dirname(path))
         logging.info("training a %d-piece SentencePiece model into %s", self.hparams.vocab_size, path)
+        lines = (line for p in self.input_paths(DatasetSplit.TRAIN) for _, line in corpus.iter_lines(p))
         encoders.train_sentencepiece(
-            corpus.expand_paths(self.hparams.input_file), path[:-len(".model")],
+            lines, path[:-len(".model")],
             vocab_size=self.hparams.vocab_size, hard_vocab_limit=False)  # small corpora: fewer pieces
 
     def encoder(self, data_dir: str) -> encoders.SentencePieceEncoder:
@@ -817,7 +818,7 @@ class XlnetPretrain(Problem):
         if not pattern:
             raise ValueError(f"xlnet_pretrain: no input for split {split!r}; pass "
                              f"--{'dev_input_file' if split == DatasetSplit.EVAL else 'input_file'}")
-        return corpus.expand_paths(pattern)
+        return corpus.expand_paths(pattern, corpus_formats.ReadOptions.of(self.hparams))
 
     def shard_stream_documents(self, data_dir: str, split: str, shard_id: int,
                                num_shards: int) -> list[tuple[int, np.ndarray, np.ndarray]]:

@@ -5,7 +5,7 @@
 # (the venv sees the main packages; only Beam and its pins live in it). TEXTRAIN_SKIP_BEAM=1 skips that part.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-python3 -m pip install -q --disable-pip-version-check -e ".[test,zh]"
+python3 -m pip install -q --disable-pip-version-check -e ".[test,zh,corpora]"
 export TF_CPP_MIN_LOG_LEVEL=2
 ok_or_none() { local rc=$?; [ $rc -eq 5 ] || exit $rc; }  # pytest's 5: no test selected
 python3 -m pytest -q -m "not slow" "$@" || ok_or_none

@@ -82,7 +82,7 @@ def test_pretraining_spec_equals_the_train_gpu_cli(tmp_path):
 
 @pytest.fixture(scope="module")
 def tsv_task(tmp_path_factory):
-    from textrain.framework.text_encoders import build_wordpiece_vocab
+    from textrain.framework.encoders import build_wordpiece_vocab
 
     root = tmp_path_factory.mktemp("spec_ft")
     rows = emma_speech_rows()[:160]

@@ -1,0 +1,354 @@
+"""Corpora in every format (framework/corpus_formats.py, issue 23): files written by the real libraries
+(pyarrow, datasets, zstandard, a MediaWiki export made here) give the shards of the same text as plain
+text, byte for byte, through the real `textrain-datagen`; bad input is one line naming the file and place."""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import pickle
+import subprocess
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import corpus_fixtures as cf  # noqa: E402
+
+pytest.importorskip("pyarrow")
+pytest.importorskip("zstandard")
+
+from textrain.framework import corpus, corpus_formats, encoders, sentence_splitters  # noqa: E402
+
+REPO = os.path.dirname(HERE)
+EMMA = os.path.join(HERE, "data", "austen_emma.txt")
+SPM = os.path.join(HERE, "data", "xlnet_spiece_1200.model")
+BERT = ["--problem=bert_pretrain", "--num_shards=2", "--dupe_factor=1", "--max_seq_length=64",
+        "--max_predictions_per_seq=10"]
+
+
+def datagen(data_dir: str, *args: str, ok: bool = True) -> subprocess.CompletedProcess:
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    proc = subprocess.run([sys.executable, "-m", "textrain.framework.datagen", f"--data_dir={data_dir}", *args],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    if ok:
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
+def shard_bytes(data_dir: str) -> dict[str, bytes]:
+    """Every shard's bytes by file name (manifests aside: they record the settings given)."""
+    files = sorted(glob.glob(os.path.join(data_dir, "*", "*.tfrecord")))
+    assert files, f"no shards in {data_dir}"
+    out = {}
+    for f in files:
+        with open(f, "rb") as fh:
+            out[os.path.basename(f)] = fh.read()
+    return out
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory):
+    """The documents, the vocab, and the plain-text corpus with its bert_pretrain shards."""
+    root = str(tmp_path_factory.mktemp("formats"))
+    docs = cf.split_documents(cf.read_plain(EMMA, 30_000), 6)
+    vocab = encoders.build_wordpiece_vocab(iter(open(EMMA, encoding="utf-8").read().split("\n")),
+                                                vocab_size=1500, out_file=os.path.join(root, "vocab.txt"))
+    text = cf.write_text(docs, os.path.join(root, "corpus.txt"))
+    datagen(os.path.join(root, "ref_bert"), *BERT, f"--input_file={text}", f"--vocab_file={vocab}")
+    return {"root": root, "docs": docs, "vocab": vocab, "text": text,
+            "bert": shard_bytes(os.path.join(root, "ref_bert"))}
+
+
+# ----------------------------------------------------------------------------------------------- #
+# the same text in every format: the same shards
+# ----------------------------------------------------------------------------------------------- #
+@pytest.mark.parametrize("fmt", [n for n in cf.WRITERS if n != "text"])
+def test_bert_pretrain_same_shards_in_every_format(work, tmp_path, fmt):
+    if fmt == "datasets dir":
+        pytest.importorskip("datasets")
+    if fmt.startswith("mediawiki"):
+        pytest.importorskip("mwparserfromhell")
+    path, flags = cf.write(fmt, work["docs"], str(tmp_path))
+    reference = work["bert"]
+    splitter = "none"
+    if fmt == "tsv":
+        # A TSV cell cannot hold a line break: its documents are paragraphs, cut by the default splitter;
+        # the reference is the plain text of the sentences that splitter gives.
+        splitter = sentence_splitters.DEFAULT
+        split = sentence_splitters.load(splitter)
+        text = cf.write_text([split(" ".join(d)) for d in work["docs"]], str(tmp_path / "sentences.txt"))
+        datagen(str(tmp_path / "ref"), *BERT, f"--input_file={text}", f"--vocab_file={work['vocab']}")
+        reference = shard_bytes(str(tmp_path / "ref"))
+    datagen(str(tmp_path / "out"), *BERT, f"--input_file={path}", f"--vocab_file={work['vocab']}",
+            f"--sentence_splitter={splitter}", *flags)
+    assert shard_bytes(str(tmp_path / "out")) == reference
+
+
+def test_format_given_and_workers(work, tmp_path):
+    """--input_format names a format the name does not tell; 2 workers write what 1 wrote."""
+    path = cf.write_jsonl(work["docs"], str(tmp_path / "corpus.records"))
+    with open(path, "rb") as f:
+        data = f.read()
+    with open(path, "wb") as f:  # a first line that is not an object: content detection says text
+        f.write(b"\n" + data)
+    common = [*BERT, f"--input_file={path}", f"--vocab_file={work['vocab']}", "--sentence_splitter=none"]
+    datagen(str(tmp_path / "one"), *common, "--input_format=jsonl")
+    datagen(str(tmp_path / "two"), *common, "--input_format=jsonl", "--num_workers=2")
+    assert shard_bytes(str(tmp_path / "one")) == work["bert"] == shard_bytes(str(tmp_path / "two"))
+
+
+def test_electra_and_xlnet_same_shards(work, tmp_path):
+    docs = work["docs"]
+    parquet = cf.write_parquet(docs, str(tmp_path / "c.parquet"))
+    jsonl = cf.write_jsonl(docs, str(tmp_path / "c.jsonl.zst"))
+    electra = ["--problem=electra_pretrain", "--num_shards=3", "--max_seq_length=48", f"--vocab_file={work['vocab']}",
+               "--sentence_splitter=none"]
+    xlnet = ["--problem=xlnet_pretrain", f"--sp_model={SPM}", "--seq_len=64", "--reuse_len=32", "--num_predict=8",
+             "--bsz_per_host=4", "--num_core_per_host=1", "--num_shards=2", "--sentence_splitter=none"]
+    for name, args in (("electra", electra), ("xlnet", xlnet)):
+        outs = []
+        for i, path in enumerate((work["text"], parquet, jsonl)):
+            out = str(tmp_path / f"{name}{i}")
+            datagen(out, *args, f"--input_file={path}")
+            outs.append(shard_bytes(out))
+        assert outs[0] == outs[1] == outs[2], name
+
+
+def test_classification_rows_from_jsonl_parquet_csv(tmp_path):
+    """tsv_classification's columns from JSON Lines (a numeric label), Parquet and CSV: the shards of the TSV."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    rows = [(f"sentence number {i} is {'good' if i % 3 else 'bad'} , with a\ttab", i % 3 == 0) for i in range(40)]
+    tsv = tmp_path / "train.tsv"
+    tsv.write_text("sentence\tlabel\n" + "".join(f"{s.replace(chr(9), ' ')}\t{int(y)}\n" for s, y in rows))
+    jsonl = tmp_path / "train.jsonl"
+    jsonl.write_text("".join(json.dumps({"sentence": s, "label": int(y), "other": [1]}) + "\n" for s, y in rows))
+    parquet = str(tmp_path / "train.parquet")
+    pq.write_table(pa.table({"label": [str(int(y)) for _, y in rows], "sentence": [s for s, _ in rows]}), parquet,
+                   row_group_size=9)
+    csv_path = tmp_path / "train.csv"
+    csv_path.write_text("label,sentence\n" + "".join(f'{int(y)},"{s}"\n' for s, y in rows))
+    vocab = encoders.build_wordpiece_vocab(iter([s for s, _ in rows]), vocab_size=100,
+                                                out_file=str(tmp_path / "vocab.txt"))
+    outs = []
+    for i, path in enumerate((tsv, jsonl, parquet, csv_path)):
+        out = str(tmp_path / f"out{i}")
+        datagen(out, "--problem=tsv_classification", f"--train_file={path}", f"--vocab_file={vocab}",
+                "--max_seq_length=16", "--dev_fraction=0.25")
+        outs.append(shard_bytes(out))
+    assert outs[0] == outs[1] == outs[2] == outs[3]
+
+
+def test_translation_pairs_from_jsonl_and_parquet(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    en = [f"the sentence number {i} ." for i in range(300)]
+    zh = [f"第{i}句话。" for i in range(300)]
+    plain, structured = tmp_path / "plain", tmp_path / "structured"
+    plain.mkdir()
+    structured.mkdir()
+    (plain / "train.en").write_text("\n".join(en) + "\n")
+    (plain / "train.zh").write_text("\n".join(zh) + "\n")
+    (structured / "train.en.jsonl").write_text("".join(json.dumps({"t": {"s": s}}) + "\n" for s in en))
+    pq.write_table(pa.table({"t": [{"s": s} for s in zh]}), str(structured / "train.zh.parquet"), row_group_size=64)
+    common = ["--problem=translate_enzh_sub8k", "--num_shards=2"]
+    datagen(str(tmp_path / "a"), *common, f"--tmp_dir={plain}")
+    datagen(str(tmp_path / "b"), *common, f"--tmp_dir={structured}", "--text_field=t.s")
+    assert shard_bytes(str(tmp_path / "a")) == shard_bytes(str(tmp_path / "b"))
+
+
+# ----------------------------------------------------------------------------------------------- #
+# documents to sentences; Wikipedia
+# ----------------------------------------------------------------------------------------------- #
+def test_default_splitter_cuts_paragraphs(work, tmp_path):
+    """Records holding paragraphs: the default splitter's sentences, the shards of that text as plain text."""
+    split = sentence_splitters.load(sentence_splitters.DEFAULT)
+    paragraphs = [[" ".join(doc)] for doc in work["docs"]]
+    sentences = [[s for p in doc for s in split(p)] for doc in paragraphs]
+    assert sum(map(len, sentences)) > 2 * len(sentences)  # the splitter did cut
+    text = cf.write_text(sentences, str(tmp_path / "sentences.txt"))
+    jsonl = cf.write_jsonl(paragraphs, str(tmp_path / "paragraphs.jsonl"))
+    common = [*BERT, f"--vocab_file={work['vocab']}"]
+    datagen(str(tmp_path / "a"), *common, f"--input_file={text}")
+    datagen(str(tmp_path / "b"), *common, f"--input_file={jsonl}")
+    assert shard_bytes(str(tmp_path / "a")) == shard_bytes(str(tmp_path / "b"))
+
+
+def test_splitter_handles_chinese_end_punctuation():
+    split = sentence_splitters.load(sentence_splitters.DEFAULT)
+    assert split("我们今天去了北京。天气很好！“你呢？”他问。") == ["我们今天去了北京。", "天气很好！", "“你呢？”", "他问。"]
+    assert split("Mr. Smith went to Washington. He arrived at 3 p.m. yesterday!") == [
+        "Mr. Smith went to Washington.", "He arrived at 3 p.m. yesterday!"]
+
+
+def test_mediawiki_dump_articles_without_markup(work, tmp_path):
+    pytest.importorskip("mwparserfromhell")
+    docs = work["docs"][:12]
+    path = cf.write_mediawiki(docs, str(tmp_path / "wiki-pages-articles.xml.bz2"))
+    options = corpus_formats.ReadOptions(sentence_splitter="none")
+    (wiki,) = corpus.expand_paths(path, options)
+    assert wiki.options.input_format == "mediawiki"
+    got = [corpus.document_lines(t) for t in corpus.iter_document_texts([wiki])]
+    assert got == docs  # no redirect, no talk page, no template/ref/heading/link/bold markup
+
+
+# ----------------------------------------------------------------------------------------------- #
+# bad input: one line naming the file and place; --skip_bad_records; nothing written
+# ----------------------------------------------------------------------------------------------- #
+def _one_line_error(proc: subprocess.CompletedProcess) -> str:
+    assert proc.returncode != 0
+    line = proc.stderr.strip().splitlines()[-1]
+    assert line.startswith("textrain-datagen: error: "), proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    return line
+
+
+def _bad_cases(tmp_path, docs) -> list[tuple[str, list[str], list[str]]]:
+    """(path, extra flags, words the message must hold)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import zstandard
+    good = "".join(json.dumps({"text": "\n".join(d)}) + "\n" for d in docs)
+    cases = []
+    p = tmp_path / "missing.jsonl"
+    p.write_text(good + '{"body": "x"}\n')
+    cases.append((str(p), [], ["missing.jsonl", f"line {len(docs) + 1}", "no field 'text'"]))
+    p = tmp_path / "notstring.jsonl"
+    p.write_text('{"text": 3}\n' + good)
+    cases.append((str(p), [], ["notstring.jsonl", "line 1", "int, not a string"]))
+    p = tmp_path / "badjson.jsonl"
+    p.write_text(good + '{"text": "cut\n')
+    cases.append((str(p), [], ["badjson.jsonl", f"line {len(docs) + 1}", "not JSON"]))
+    p = tmp_path / "nocolumn.parquet"
+    pq.write_table(pa.table({"body": ["a"]}), str(p))
+    cases.append((str(p), [], ["nocolumn.parquet", "no column 'text'", "body"]))
+    p = tmp_path / "corrupt.parquet"
+    pq.write_table(pa.table({"text": ["\n".join(d) for d in docs]}), str(p), row_group_size=5)
+    data = bytearray(p.read_bytes())
+    data[200:400] = b"\x00" * 200
+    p.write_bytes(bytes(data))
+    cases.append((str(p), [], ["corrupt.parquet", "row group"]))
+    p = tmp_path / "cut.jsonl.zst"
+    p.write_bytes(zstandard.ZstdCompressor().compress(good.encode())[:-40])
+    cases.append((str(p), [], ["cut.jsonl.zst", "corrupt or truncated"]))
+    p = tmp_path / "cut.txt.bz2"
+    cf.write_text(docs, str(p))
+    p.write_bytes(p.read_bytes()[:-60])
+    cases.append((str(p), [], ["cut.txt.bz2", "corrupt or truncated"]))
+    p = tmp_path / "cut-pages.xml"
+    cf.write_mediawiki(docs[:3], str(p))
+    p.write_bytes(p.read_bytes()[:-300])
+    cases.append((str(p), [], ["cut-pages.xml", "truncated"]))
+    return cases
+
+
+def test_bad_input_is_one_line_and_writes_nothing(work, tmp_path):
+    pytest.importorskip("mwparserfromhell")
+    for path, flags, words in _bad_cases(tmp_path, work["docs"][:8]):
+        out = tmp_path / ("out_" + os.path.basename(path))
+        proc = datagen(str(out), *BERT, f"--input_file={path}", f"--vocab_file={work['vocab']}", *flags, ok=False)
+        line = _one_line_error(proc)
+        for word in words:
+            assert word in line, (path, line)
+        assert not glob.glob(str(out / "*" / "*.tfrecord*")), line
+
+
+def test_skip_bad_records(work, tmp_path):
+    docs = work["docs"]
+    lines = [json.dumps({"text": "\n".join(d)}) for d in docs]
+    bad = lines[:3] + ['{"text": null}', "not json"] + lines[3:]
+    path = tmp_path / "some_bad.jsonl"
+    path.write_text("\n".join(bad) + "\n")
+    common = [*BERT, f"--input_file={path}", f"--vocab_file={work['vocab']}", "--sentence_splitter=none"]
+    line = _one_line_error(datagen(str(tmp_path / "one"), *common, "--skip_bad_records=1", ok=False))
+    assert "line 5" in line and "1 bad record(s) skipped before it" in line
+    proc = datagen(str(tmp_path / "two"), *common, "--skip_bad_records=2")
+    assert "skipped 2 bad record(s)" in proc.stderr and "line 4, line 5" in proc.stderr
+    assert shard_bytes(str(tmp_path / "two")) == work["bert"]
+
+
+def test_compressed_parquet_is_refused(work, tmp_path):
+    path = cf.write_parquet(work["docs"], str(tmp_path / "c.parquet"))
+    os.rename(path, path + ".gz")
+    line = _one_line_error(datagen(str(tmp_path / "o"), *BERT, f"--input_file={path}.gz",
+                                   f"--vocab_file={work['vocab']}", ok=False))
+    assert "c.parquet.gz" in line and "decompress" in line
+
+
+def test_beam_runner_same_shards(work, tmp_path):
+    """--runner=beam on a Parquet file writes the shards local datagen wrote from the plain text."""
+    pytest.importorskip("apache_beam")
+    path = cf.write_parquet(work["docs"], str(tmp_path / "c.parquet"))
+    direct_2 = "--runner=DirectRunner --direct_num_workers=2 --direct_running_mode=multi_processing"
+    datagen(str(tmp_path / "beam"), *BERT, f"--input_file={path}", f"--vocab_file={work['vocab']}",
+            "--sentence_splitter=none", "--runner=beam", f"--beam_pipeline_options={direct_2}")
+    assert shard_bytes(str(tmp_path / "beam")) == work["bert"]
+
+
+# ----------------------------------------------------------------------------------------------- #
+# detection; the plain-text path without the [corpora] extra
+# ----------------------------------------------------------------------------------------------- #
+def test_format_from_name_then_content(work, tmp_path):
+    docs = work["docs"][:3]
+    named = {"a.jsonl.zst": cf.write_jsonl, "a.ndjson": cf.write_jsonl, "a.csv": cf.write_csv,
+             "a.parquet": cf.write_parquet, "a.arrow": cf.write_arrow, "a.txt": cf.write_jsonl,
+             "wiki.xml.gz": cf.write_mediawiki}
+    expected = {"a.jsonl.zst": "jsonl", "a.ndjson": "jsonl", "a.csv": "csv", "a.parquet": "parquet",
+                "a.arrow": "arrow", "a.txt": "text", "wiki.xml.gz": "mediawiki"}
+    unnamed = {"p.bin": cf.write_parquet, "s.bin": lambda d, p: cf.write_arrow(d, p, stream=True),
+               "f.bin": cf.write_arrow, "j.bin": cf.write_jsonl, "w.bin": cf.write_mediawiki, "t.bin": cf.write_text}
+    expected.update({"p.bin": "parquet", "s.bin": "arrow", "f.bin": "arrow", "j.bin": "jsonl", "w.bin": "mediawiki",
+                     "t.bin": "text"})
+    for name, writer in {**named, **unnamed}.items():
+        writer(docs, str(tmp_path / name))
+        assert corpus_formats.detect_format(str(tmp_path / name)) == expected[name], name
+    (path,) = corpus.expand_paths(str(tmp_path / "j.bin"), corpus_formats.ReadOptions(text_field="x"))
+    again = pickle.loads(pickle.dumps(path))  # what a Beam worker would get
+    assert again == path and again.options == path.options and again.options.input_format == "jsonl"
+
+
+_BLOCK_EXTRAS = """
+import sys
+class Block:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("pyarrow", "zstandard", "mwparserfromhell", "blingfire"):
+            raise ImportError(f"no module named {name} (blocked)")
+sys.meta_path.insert(0, Block())
+sys.argv = ["textrain-datagen", *sys.argv[1:]]
+from textrain.framework import datagen
+datagen.run()
+"""
+
+
+def test_plain_text_needs_no_extra_and_formats_name_theirs(work, tmp_path):
+    """Without pyarrow, zstandard, mwparserfromhell and blingfire: plain text makes its shards; a Parquet
+    file or the default splitter is one line naming the package to install."""
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-c", _BLOCK_EXTRAS, *BERT, f"--vocab_file={work['vocab']}", *args],
+                              cwd=REPO, capture_output=True, text=True, timeout=300,
+                              env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    proc = run(f"--input_file={work['text']}", f"--data_dir={tmp_path / 'plain'}")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert shard_bytes(str(tmp_path / "plain")) == work["bert"]
+    parquet = cf.write_parquet(work["docs"], str(tmp_path / "c.parquet"))
+    line = _one_line_error(run(f"--input_file={parquet}", f"--data_dir={tmp_path / 'p'}", "--sentence_splitter=none"))
+    assert "pyarrow" in line and "textrain[corpora]" in line
+    jsonl = cf.write_jsonl(work["docs"], str(tmp_path / "c.jsonl"))
+    line = _one_line_error(run(f"--input_file={jsonl}", f"--data_dir={tmp_path / 'j'}"))
+    assert "blingfire" in line and "--sentence_splitter=none" in line
+
+
+def test_paragraphs_as_documents(work, tmp_path):
+    """Records of two paragraphs each (a blank line between): --paragraphs_as_documents makes each paragraph
+    a document, the shards of the plain text whose documents they are."""
+    docs = work["docs"]
+    records = ["\n\n".join("\n".join(d) for d in docs[i:i + 2]) for i in range(0, len(docs), 2)]
+    path = tmp_path / "paragraphs.jsonl"
+    path.write_text("".join(json.dumps({"text": r}) + "\n" for r in records))
+    common = [*BERT, f"--input_file={path}", f"--vocab_file={work['vocab']}", "--sentence_splitter=none"]
+    datagen(str(tmp_path / "a"), *common, "--paragraphs_as_documents")
+    assert shard_bytes(str(tmp_path / "a")) == work["bert"]
+    datagen(str(tmp_path / "b"), *common)  # a record is one document: other pairs
+    assert shard_bytes(str(tmp_path / "b")) != work["bert"]
