@@ -1,0 +1,254 @@
+"""Checkpoint exchange with the Hugging Face format (models/hf_format.py, trainers/convert.py), against
+fixtures transformers itself wrote (tests/data/hf/make_fixtures.py: tiny random models, their inputs and
+transformers' outputs). Needs only safetensors."""
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from safetensors.numpy import load_file
+
+from textrain.framework.cli import UserError
+from textrain.models import hf_format
+from textrain.models.checkpoints import CheckpointMismatchError
+from textrain.trainers import convert
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+FIXTURES = os.path.join(HERE, "data", "hf")
+BERT_ARCHS = ("BertModel", "BertForPreTraining", "BertForMaskedLM", "BertForSequenceClassification",
+              "BertForQuestionAnswering")
+TOL = 1e-5
+
+
+def fixture(arch: str) -> str:
+    return os.path.join(FIXTURES, arch)
+
+
+def io(arch: str) -> dict[str, np.ndarray]:
+    return load_file(os.path.join(fixture(arch), "io.safetensors"))
+
+
+def textrain_outputs(model, arch: str, x: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The fixture's outputs as the textrain model computes them (names as transformers')."""
+    ids = tf.constant(x["input_ids"], tf.int32)
+    mask = tf.constant(x["attention_mask"], tf.int32)
+    types = tf.constant(x["token_type_ids"], tf.int32)
+    sequence, pooled = model.bert(ids, mask, types)
+    out = {"sequence_output": sequence}
+    if arch == "BertModel":
+        out.update(last_hidden_state=sequence, pooler_output=pooled)
+    elif arch == "BertForPreTraining":
+        out.update(prediction_logits=model.masked_lm(sequence), seq_relationship_logits=model.next_sentence(pooled))
+    elif arch == "BertForMaskedLM":
+        out.update(logits=model.masked_lm(sequence))
+    elif arch == "BertForSequenceClassification":
+        out.update(logits=model.logits({"input_ids": ids, "input_mask": mask, "segment_ids": types}))
+    elif arch == "BertForQuestionAnswering":
+        out.update(model({"input_ids": ids, "input_mask": mask, "segment_ids": types}))
+    return {k: np.asarray(v) for k, v in out.items()}
+
+
+def assert_outputs_match(model, arch: str) -> None:
+    expected = io(arch)
+    got = textrain_outputs(model, arch, expected)
+    names = sorted(k[len("out."):] for k in expected if k.startswith("out."))
+    assert names and set(names) <= set(got), (names, sorted(got))
+    for name in names:
+        want = expected[f"out.{name}"]
+        if name in ("sequence_output", "last_hidden_state", "prediction_logits", "logits") and want.ndim == 3:
+            real = expected["attention_mask"].astype(bool)  # padded positions' states are not defined the same
+            np.testing.assert_allclose(got[name][real], want[real], atol=TOL, err_msg=f"{arch} {name}")
+        else:
+            np.testing.assert_allclose(got[name], want, atol=TOL, err_msg=f"{arch} {name}")
+
+
+@pytest.mark.parametrize("arch", BERT_ARCHS)
+def test_import_matches_transformers(arch):
+    exchange = convert.read_hf(fixture(arch))
+    model = convert.load_into_model(exchange, fixture(arch))
+    assert_outputs_match(model, arch)
+
+
+@pytest.mark.parametrize("arch", BERT_ARCHS)
+def test_to_textrain_then_to_hf_is_exact(arch, tmp_path):
+    lines = convert.convert(from_hf=fixture(arch), to_textrain=str(tmp_path / "tr"))
+    assert (tmp_path / "tr" / "textrain_model.json").exists() and (tmp_path / "tr" / "vocab.txt").exists()
+    if arch in convert.FRESH:
+        assert "freshly initialised" in lines[0]
+    convert.convert(from_textrain=str(tmp_path / "tr"), to_hf=str(tmp_path / "hf"))
+    assert_same_hf(fixture(arch), str(tmp_path / "hf"))
+
+
+def assert_same_hf(want_dir: str, got_dir: str) -> None:
+    want = load_file(os.path.join(want_dir, "model.safetensors"))
+    got = load_file(os.path.join(got_dir, "model.safetensors"))
+    assert sorted(got) == sorted(want)
+    for name in want:
+        assert got[name].shape == want[name].shape, name
+        np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+    want_config = hf_format.read_config(want_dir)
+    got_config = hf_format.read_config(got_dir)
+    fields = hf_format.BERT_FIELDS + ("architectures", "model_type", "hidden_act", "layer_norm_eps")
+    assert {k: got_config[k] for k in fields} == {k: want_config[k] for k in fields}
+    if want_config["architectures"] == ["BertForSequenceClassification"]:
+        assert hf_format.num_labels(got_config) == hf_format.num_labels(want_config)
+    for name in ("vocab.txt", "tokenizer_config.json"):
+        with open(os.path.join(want_dir, name), "rb") as a, open(os.path.join(got_dir, name), "rb") as b:
+            assert a.read() == b.read(), name
+
+
+@pytest.mark.parametrize("arch", ("BertForPreTraining", "BertForSequenceClassification", "BertForQuestionAnswering"))
+def test_round_trip_through_tf1_is_exact(arch, tmp_path):
+    convert.convert(from_hf=fixture(arch), to_textrain=str(tmp_path / "a"))
+    convert.convert(from_textrain=str(tmp_path / "a"), to_tf1=str(tmp_path / "tf1"))
+    convert.convert(from_tf1=str(tmp_path / "tf1" / "model.ckpt"), config_file=str(tmp_path / "tf1" / "bert_config.json"),
+                    vocab_file=str(tmp_path / "tf1" / "vocab.txt"), to_textrain=str(tmp_path / "b"),
+                    to_hf=str(tmp_path / "hf_direct"))
+    convert.convert(from_textrain=str(tmp_path / "b"), to_hf=str(tmp_path / "hf"))
+    load = lambda d: load_file(os.path.join(d, "model.safetensors"))  # noqa: E731
+    want, got, direct = load(fixture(arch)), load(str(tmp_path / "hf")), load(str(tmp_path / "hf_direct"))
+    assert sorted(got) == sorted(want) == sorted(direct)
+    for name in want:
+        np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+        np.testing.assert_array_equal(direct[name], want[name], err_msg=name)
+
+
+def test_from_tf1_equals_from_hf(tmp_path):
+    """An original-layout checkpoint (the TF1 names models/hf_format.py maps to) converts to the same HF
+    directory as its HF counterpart."""
+    from textrain.models.checkpoints import write_tf1_checkpoint
+    arch = "BertForPreTraining"
+    exchange = convert.read_hf(fixture(arch))
+    write_tf1_checkpoint(str(tmp_path / "bert_model.ckpt"), exchange.values)
+    with open(tmp_path / "bert_config.json", "w") as f:
+        json.dump(exchange.config, f)
+    convert.convert(from_tf1=str(tmp_path / "bert_model.ckpt"), config_file=str(tmp_path / "bert_config.json"),
+                    vocab_file=os.path.join(fixture(arch), "vocab.txt"), to_hf=str(tmp_path / "hf"))
+    want = load_file(os.path.join(fixture(arch), "model.safetensors"))
+    got = load_file(str(tmp_path / "hf" / "model.safetensors"))
+    assert sorted(got) == sorted(want)
+    for name in want:
+        np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+
+
+def test_sharded_directory_reads_like_one_file(tmp_path):
+    from safetensors.numpy import save_file
+    arch = "BertForPreTraining"
+    tensors = load_file(os.path.join(fixture(arch), "model.safetensors"))
+    names = sorted(tensors)
+    shards = {"model-00001-of-00002.safetensors": names[::2], "model-00002-of-00002.safetensors": names[1::2]}
+    for file, part in shards.items():
+        save_file({n: tensors[n] for n in part}, str(tmp_path / file), metadata={"format": "pt"})
+    with open(tmp_path / "model.safetensors.index.json", "w") as f:
+        json.dump({"weight_map": {n: file for file, part in shards.items() for n in part}}, f)
+    for name in ("config.json", "vocab.txt", "tokenizer_config.json"):
+        shutil.copy(os.path.join(fixture(arch), name), tmp_path / name)
+    model = convert.load_into_model(convert.read_hf(str(tmp_path)), str(tmp_path))
+    assert_outputs_match(model, arch)
+
+
+# ------------------------------------------------------------------------------------ init_checkpoint
+def test_classifier_init_checkpoint_reads_hf_directory():
+    """finetune.init_checkpoint / --init_checkpoint of a fine-tuning model: the encoder from an HF
+    directory; the head fresh by default, the HF classifier's head with init_head=True."""
+    from textrain.models.bert import BertClassifier
+    arch = "BertForSequenceClassification"
+    exchange = convert.read_hf(fixture(arch))
+    model = BertClassifier(convert.build_model("bert", exchange.config).config, num_labels=3)
+    fresh_head = model.classifier.output_weights.numpy().copy()
+    loaded = model.load_init_checkpoint(fixture(arch))
+    assert "bert/pooler/dense/kernel" in loaded and "output_weights" not in loaded
+    np.testing.assert_array_equal(model.classifier.output_weights.numpy(), fresh_head)
+    model.load_init_checkpoint(fixture(arch), init_head=True)
+    assert_outputs_match(model, arch)
+
+
+def test_pretrainer_tf1_map_reads_hf_directory():
+    """--init_checkpoint of a pretraining run (trainers/core.py reads TF1 releases with load_tf1_checkpoint)."""
+    from textrain.models.checkpoints import load_tf1_checkpoint
+    arch = "BertForPreTraining"
+    model = convert.build_model("bert", convert.read_hf(fixture(arch)).config)
+    load_tf1_checkpoint(fixture(arch), model.tf1_variable_map())
+    assert_outputs_match(model, arch)
+
+
+def test_trainer_init_checkpoint_reads_hf_directory(tmp_path):
+    from textrain.trainers import core
+    arch = "BertForPreTraining"
+    model = convert.build_model("bert", convert.read_hf(fixture(arch)).config)
+    trainer = core.Trainer.__new__(core.Trainer)  # only the init path: no strategy, data or optimizer
+    trainer.model = model
+    trainer.config = core.TrainConfig(model_dir=str(tmp_path), num_train_steps=1, init_checkpoint=fixture(arch))
+    trainer._load_init_checkpoint(fixture(arch))
+    assert_outputs_match(model, arch)
+
+
+# ------------------------------------------------------------------------------------ errors
+def _copy_fixture(arch: str, to) -> str:
+    shutil.copytree(fixture(arch), to)
+    return str(to)
+
+
+def _edit(path: str, change) -> None:
+    from safetensors.numpy import save_file
+    tensors = load_file(os.path.join(path, "model.safetensors"))
+    change(tensors)
+    save_file(tensors, os.path.join(path, "model.safetensors"), metadata={"format": "pt"})
+
+
+def _one_line_error(tmp_path, **kwargs) -> str:
+    out = tmp_path / "out"
+    with pytest.raises(UserError) as e:
+        convert.convert(to_textrain=str(out), to_hf=str(tmp_path / "out_hf"), **kwargs)
+    assert not out.exists() and not (tmp_path / "out_hf").exists()
+    assert not [p for p in os.listdir(tmp_path) if "incomplete" in p]
+    return str(e.value)
+
+
+def test_unknown_architecture(tmp_path):
+    path = _copy_fixture("BertModel", tmp_path / "m")
+    config = hf_format.read_config(path)
+    config["architectures"] = ["RobertaModel"]
+    with open(os.path.join(path, "config.json"), "w") as f:
+        json.dump(config, f)
+    message = _one_line_error(tmp_path, from_hf=path)
+    assert "RobertaModel is not one textrain converts" in message and "BertForPreTraining" in message
+
+
+def test_missing_and_extra_tensors_listed(tmp_path):
+    path = _copy_fixture("BertForPreTraining", tmp_path / "m")
+    _edit(path, lambda t: t.pop("bert.encoder.layer.1.output.LayerNorm.bias"))
+    message = _one_line_error(tmp_path, from_hf=path)
+    assert isinstance(message, str) and "bert/encoder/layer_1/output/LayerNorm/beta" in message
+    assert "missing" in message
+    path = _copy_fixture("BertForPreTraining", tmp_path / "n")
+    _edit(path, lambda t: t.update({"bert.encoder.layer.2.output.dense.bias": np.zeros(16, np.float32)}))
+    message = _one_line_error(tmp_path, from_hf=path)
+    assert "bert.encoder.layer.2.output.dense.bias" in message and "\n" not in message
+
+
+def test_shape_mismatch(tmp_path):
+    path = _copy_fixture("BertModel", tmp_path / "m")
+    _edit(path, lambda t: t.update({"pooler.dense.bias": np.zeros(17, np.float32)}))
+    with pytest.raises(CheckpointMismatchError, match=r"bert/pooler/dense/bias: checkpoint \(17,\) vs model \(16,\)"):
+        convert.convert(from_hf=path, to_textrain=str(tmp_path / "out"))
+    assert not (tmp_path / "out").exists()
+
+
+def test_vocabulary_disagrees_with_embedding(tmp_path):
+    path = _copy_fixture("BertModel", tmp_path / "m")
+    with open(os.path.join(path, "vocab.txt"), "a") as f:
+        f.write("extra\n")
+    message = _one_line_error(tmp_path, from_hf=path)
+    assert "100 entries but the word embedding has 99 rows" in message
+
+
+def test_pickled_weights_refused_with_the_command(tmp_path):
+    path = tmp_path / "m"
+    path.mkdir()
+    shutil.copy(os.path.join(fixture("BertModel"), "config.json"), path / "config.json")
+    (path / "pytorch_model.bin").write_bytes(b"not unpickled")
+    message = _one_line_error(tmp_path, from_hf=str(path))
+    assert "does not unpickle" in message and "save_pretrained" in message and "\n" not in message
