@@ -43,7 +43,20 @@ ARCHITECTURES: dict[str, tuple[str, str]] = {
     "BertForMaskedLM": ("bert", "masked_lm"),
     "BertForSequenceClassification": ("bert", "classification"),
     "BertForQuestionAnswering": ("bert", "question_answering"),
+    "ElectraForPreTraining": ("electra", "discriminator"),
+    "ElectraForMaskedLM": ("electra", "generator"),
+    "ElectraForSequenceClassification": ("electra", "classification"),
+    "ElectraForQuestionAnswering": ("electra", "question_answering"),
 }
+# HF heads that are not the original's: their encoder loads (an init_checkpoint with a fresh head), the
+# head does not: a conversion or `init_head` is refused with this difference.
+UNLIKE_ORIGINAL = {
+    "ElectraForSequenceClassification": "its head is two dense layers on [CLS] (classifier.dense, gelu, "
+                                        "classifier.out_proj) where ELECTRA's original fine-tunes one dense layer",
+    "ElectraForQuestionAnswering": "its head is one linear start/end layer (qa_outputs) where ELECTRA's original "
+                                   "predicts the end from the start (qa_hidden) with an answerable classifier",
+}
+HF_ONLY_SCOPE = "hf_only_head"  # TF1 scope of such heads' tensors (no textrain variable has it)
 
 
 class HFFormatError(UserError, ValueError):
@@ -164,11 +177,16 @@ def _bert_layer(hf: str, tf1: str) -> list[Row]:
         Row(f"{hf}.output.LayerNorm", f"{tf1}/output/LayerNorm", "layer_norm")]
 
 
-def _bert_encoder(hf: str, tf1: str, layers: int, pooler: bool = True) -> list[Row]:
-    """BERT's embeddings, blocks and pooler under HF prefix `hf` ("" or "bert.") and TF1 scope `tf1`."""
-    rows = [Row(f"{hf}embeddings.{e}_embeddings", f"{tf1}/embeddings/{e}_embeddings", "embedding")
+def _bert_encoder(hf: str, tf1: str, layers: int, pooler: bool = True, embeddings: str | None = None,
+                  project: bool = False) -> list[Row]:
+    """BERT's embeddings, blocks and pooler under HF prefix `hf` ("" or "bert.") and TF1 scope `tf1`;
+    ELECTRA's have `embeddings_project` and may read embeddings of another scope (its generator)."""
+    emb = embeddings or f"{tf1}/embeddings"
+    rows = [Row(f"{hf}embeddings.{e}_embeddings", f"{emb}/{e}_embeddings", "embedding")
             for e in ("word", "position", "token_type")]
-    rows.append(Row(f"{hf}embeddings.LayerNorm", f"{tf1}/embeddings/LayerNorm", "layer_norm"))
+    rows.append(Row(f"{hf}embeddings.LayerNorm", f"{emb}/LayerNorm", "layer_norm"))
+    if project:
+        rows.append(Row(f"{hf}embeddings_project", f"{tf1}/embeddings_project", "linear"))
     for i in range(layers):
         rows += _bert_layer(f"{hf}encoder.layer.{i}", f"{tf1}/encoder/layer_{i}")
     if pooler:
@@ -180,6 +198,12 @@ def _bert_mlm() -> list[Row]:
     return [Row("cls.predictions.transform.dense", "cls/predictions/transform/dense", "linear"),
             Row("cls.predictions.transform.LayerNorm", "cls/predictions/transform/LayerNorm", "layer_norm"),
             Row("cls.predictions.bias", "cls/predictions/output_bias", "bias")]
+
+
+def _electra(config: dict[str, Any], tf1: str = "electra") -> list[Row]:
+    project = int(config.get("embedding_size") or config["hidden_size"]) != int(config["hidden_size"])
+    return _bert_encoder("electra.", tf1, int(config["num_hidden_layers"]), pooler=False,
+                         embeddings="electra/embeddings", project=project)
 
 
 def name_table(architecture: str, config: dict[str, Any]) -> list[tuple[str, str, bool]]:
@@ -197,6 +221,20 @@ def name_table(architecture: str, config: dict[str, Any]) -> list[tuple[str, str
         rows = _bert_encoder("bert.", "bert", layers) + [Row("classifier", "", "matrix")]
     elif architecture == "BertForQuestionAnswering":
         rows = _bert_encoder("bert.", "bert", layers, pooler=False) + [Row("qa_outputs", "cls/squad", "matrix")]
+    elif architecture == "ElectraForPreTraining":
+        rows = _electra(config) + [
+            Row("discriminator_predictions.dense", "discriminator_predictions/dense", "linear"),
+            Row("discriminator_predictions.dense_prediction", "discriminator_predictions/dense_1", "linear")]
+    elif architecture == "ElectraForMaskedLM":
+        rows = _electra(config, "generator") + [
+            Row("generator_predictions.dense", "generator_predictions/dense", "linear"),
+            Row("generator_predictions.LayerNorm", "generator_predictions/LayerNorm", "layer_norm"),
+            Row("generator_lm_head.bias", "generator_predictions/output_bias", "bias")]
+    elif architecture == "ElectraForSequenceClassification":
+        rows = _electra(config) + [Row(f"classifier.{p}", f"{HF_ONLY_SCOPE}/classifier/{p}", "linear")
+                                   for p in ("dense", "out_proj")]
+    elif architecture == "ElectraForQuestionAnswering":
+        rows = _electra(config) + [Row("qa_outputs", f"{HF_ONLY_SCOPE}/qa_outputs", "linear")]
     else:
         raise HFFormatError(f"architecture {architecture} is not one textrain converts; known: {', '.join(ARCHITECTURES)}")
     return [(h, t.lstrip("/"), tr) for row in rows for h, t, tr in row.pairs()]
@@ -204,7 +242,8 @@ def name_table(architecture: str, config: dict[str, Any]) -> list[tuple[str, str
 
 # Tied copies HF may store beside the tensors they repeat: HF name -> the HF name it must equal.
 TIED = {"cls.predictions.decoder.weight": "bert.embeddings.word_embeddings.weight",
-        "cls.predictions.decoder.bias": "cls.predictions.bias"}
+        "cls.predictions.decoder.bias": "cls.predictions.bias",
+        "generator_lm_head.weight": "electra.embeddings.word_embeddings.weight"}
 
 
 def tf1_values(checkpoint: HFCheckpoint) -> dict[str, np.ndarray]:
@@ -264,14 +303,38 @@ def bert_config_dict(config: dict[str, Any], source: str) -> dict[str, Any]:
     return values
 
 
+def electra_config_dicts(discriminator: dict[str, Any], generator: dict[str, Any] | None,
+                         source: str) -> dict[str, Any]:
+    """ElectraConfig fields from the discriminator's HF config and (if given) the generator's, whose
+    width and depth textrain keeps as fractions of the discriminator's."""
+    values = bert_config_dict(discriminator, source)
+    values["embedding_size"] = int(discriminator.get("embedding_size") or discriminator["hidden_size"])
+    if generator is None:
+        return values
+    gen = bert_config_dict(generator, source)
+    hidden, layers = int(gen["hidden_size"]), int(gen["num_hidden_layers"])
+    values["generator_hidden_size"] = hidden / values["hidden_size"]
+    values["generator_layers"] = layers / values["num_hidden_layers"]
+    derived = {"intermediate_size": 4 * hidden, "num_attention_heads": max(1, hidden // 64),
+               "embedding_size": values["embedding_size"]}
+    given = dict(gen, embedding_size=int(generator.get("embedding_size") or hidden))
+    odd = [f"{k} {given[k]} (textrain's ELECTRA generator has {v})" for k, v in derived.items() if given[k] != v]
+    if odd:
+        raise HFFormatError(f"{source}: the generator's {'; '.join(odd)}")
+    return values
+
+
 def hf_bert_config(architecture: str, bert_config: dict[str, Any], num_labels: int | None = None) -> dict[str, Any]:
-    """An HF `config.json` for a textrain BERT (`bert_config` as BertConfig.to_dict())."""
+    """An HF `config.json` for a textrain BERT or ELECTRA network (`bert_config` as BertConfig.to_dict())."""
     if bert_config.get("hidden_act") not in TEXTRAIN_TO_HF_ACT:
         raise HFFormatError(f"hidden_act {bert_config.get('hidden_act')!r} has no Hugging Face equivalent")
     config = {k: bert_config[k] for k in BERT_FIELDS}
-    config.update(architectures=[architecture], model_type="bert", layer_norm_eps=1e-12,
+    electra = architecture.startswith("Electra")
+    config.update(architectures=[architecture], model_type="electra" if electra else "bert", layer_norm_eps=1e-12,
                   hidden_act=TEXTRAIN_TO_HF_ACT[bert_config["hidden_act"]], pad_token_id=0,
                   position_embedding_type="absolute", tie_word_embeddings=True)
+    if electra:
+        config["embedding_size"] = int(bert_config.get("embedding_size") or bert_config["hidden_size"])
     if num_labels is not None:
         config["id2label"] = {str(i): f"LABEL_{i}" for i in range(num_labels)}
         config["label2id"] = {f"LABEL_{i}": i for i in range(num_labels)}

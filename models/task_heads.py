@@ -163,6 +163,10 @@ class ClassifierModel(TrainableModel):
         Returns the names loaded (TF1: original names; textrain: the encoder's variable paths).
         """
         if hf_format.is_hf_directory(path):
+            architecture = hf_format.architecture_of(hf_format.read_config(path), path)
+            if init_head and architecture in hf_format.UNLIKE_ORIGINAL:
+                raise hf_format.HFFormatError(f"init_head: {path} is {architecture}, whose head is not loaded: "
+                                              f"{hf_format.UNLIKE_ORIGINAL[architecture]}")
             return self._load_tf1_names(path, init_head, head_may_stay=True)
         if tf.io.gfile.isdir(path):
             path = tf.train.latest_checkpoint(path) or path
@@ -185,7 +189,8 @@ class ClassifierModel(TrainableModel):
         the file that is not loaded is no error (an HF classifier fine-tuned anew)."""
         encoder = self.encoder_tf1_variable_map()
         head = {n: v for n, v in self.tf1_variable_map().items() if n not in encoder}
-        unused_head = tuple(f"^{re.escape(n)}$" for n in head) if head_may_stay and not init_head else ()
+        unused_head = tuple(f"^{re.escape(n)}$" for n in head) + (f"^{hf_format.HF_ONLY_SCOPE}/",) \
+            if head_may_stay and not init_head else ()
         return load_tf1_checkpoint(path, {**encoder, **(head if init_head else {})},
                                    allow_unexpected=tuple(self.tf1_allow_unexpected) + unused_head)
 

@@ -252,3 +252,84 @@ def test_pickled_weights_refused_with_the_command(tmp_path):
     (path / "pytorch_model.bin").write_bytes(b"not unpickled")
     message = _one_line_error(tmp_path, from_hf=str(path))
     assert "does not unpickle" in message and "save_pretrained" in message and "\n" not in message
+
+
+# ------------------------------------------------------------------------------------ ELECTRA
+def electra_outputs(model, network: str, x: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """transformers' outputs of the discriminator (ElectraForPreTraining) or generator (ElectraForMaskedLM)."""
+    args = [tf.constant(x[k], tf.int32) for k in ("input_ids", "attention_mask", "token_type_ids")]
+    if network == "discriminator":
+        sequence = model.discriminator(*args)
+        return {"sequence_output": np.asarray(sequence), "logits": np.asarray(model.discriminator_head(sequence))}
+    sequence = model.generator(*args)
+    return {"sequence_output": np.asarray(sequence), "logits": np.asarray(model.generator_head(sequence))}
+
+
+def assert_electra_matches(model) -> None:
+    for arch, network in (("ElectraForPreTraining", "discriminator"), ("ElectraForMaskedLM", "generator")):
+        expected = io(arch)
+        got = electra_outputs(model, network, expected)
+        real = expected["attention_mask"].astype(bool)
+        for name in ("sequence_output", "logits"):
+            np.testing.assert_allclose(got[name][real], expected[f"out.{name}"][real], atol=TOL,
+                                       err_msg=f"{arch} {name}")
+
+
+def test_electra_discriminator_and_generator_combine(tmp_path):
+    exchange = convert.read_hf(fixture("ElectraForPreTraining"), fixture("ElectraForMaskedLM"))
+    assert exchange.config["generator_hidden_size"] == 0.5 and exchange.config["embedding_size"] == 8
+    assert_electra_matches(convert.load_into_model(exchange, "fixtures"))
+    # One textrain pretraining checkpoint, split back into the two HF directories exactly.
+    lines = convert.convert(from_hf=fixture("ElectraForPreTraining"), hf_generator=fixture("ElectraForMaskedLM"),
+                            to_textrain=str(tmp_path / "tr"))
+    assert "freshly" not in lines[0]
+    convert.convert(from_textrain=str(tmp_path / "tr"), to_hf=str(tmp_path / "disc"),
+                    to_hf_generator=str(tmp_path / "gen"))
+    for arch, out in (("ElectraForPreTraining", "disc"), ("ElectraForMaskedLM", "gen")):
+        want = load_file(os.path.join(fixture(arch), "model.safetensors"))
+        got = load_file(str(tmp_path / out / "model.safetensors"))
+        assert sorted(got) == sorted(want)
+        for name in want:
+            np.testing.assert_array_equal(got[name], want[name], err_msg=f"{arch} {name}")
+        want_config, got_config = hf_format.read_config(fixture(arch)), hf_format.read_config(str(tmp_path / out))
+        fields = hf_format.BERT_FIELDS + ("architectures", "model_type", "hidden_act", "embedding_size")
+        assert {k: got_config[k] for k in fields} == {k: want_config[k] for k in fields}
+    # ... and through the originals' layout.
+    convert.convert(from_textrain=str(tmp_path / "tr"), to_tf1=str(tmp_path / "tf1"))
+    convert.convert(from_tf1=str(tmp_path / "tf1" / "model.ckpt"), config_file=str(tmp_path / "tf1" / "bert_config.json"),
+                    to_hf_generator=str(tmp_path / "gen2"))
+    want = load_file(os.path.join(fixture("ElectraForMaskedLM"), "model.safetensors"))
+    got = load_file(str(tmp_path / "gen2" / "model.safetensors"))
+    assert all(np.array_equal(got[n], want[n]) for n in want) and sorted(got) == sorted(want)
+
+
+def test_electra_discriminator_alone_says_the_generator_is_fresh(tmp_path):
+    lines = convert.convert(from_hf=fixture("ElectraForPreTraining"), to_textrain=str(tmp_path / "tr"))
+    assert "freshly initialised" in lines[0] and "generator/encoder/layer_0" in lines[0]
+    with pytest.raises(UserError, match="generator alone"):
+        convert.convert(from_hf=fixture("ElectraForMaskedLM"), to_textrain=str(tmp_path / "x"))
+
+
+def test_electra_generator_with_other_embeddings_refused(tmp_path):
+    path = _copy_fixture("ElectraForMaskedLM", tmp_path / "g")
+    _edit(path, lambda t: t.update({"electra.embeddings.LayerNorm.bias": t["electra.embeddings.LayerNorm.bias"] + 1}))
+    message = _one_line_error(tmp_path, from_hf=fixture("ElectraForPreTraining"), hf_generator=path)
+    assert "embeddings differ" in message and "electra/embeddings/LayerNorm/beta" in message
+
+
+@pytest.mark.parametrize("arch", ("ElectraForSequenceClassification", "ElectraForQuestionAnswering"))
+def test_electra_hf_heads_unlike_the_original(arch, tmp_path):
+    """Refused as conversions (naming the difference); their encoder starts a fine-tuning, head fresh."""
+    from textrain.models.electra import ElectraClassifier, ElectraConfig
+    message = _one_line_error(tmp_path, from_hf=fixture(arch))
+    assert "ELECTRA's original" in message
+    config = hf_format.electra_config_dicts(hf_format.read_config(fixture(arch)), None, arch)
+    model = ElectraClassifier(ElectraConfig.from_dict(config), num_labels=3)
+    model.load_init_checkpoint(fixture(arch))
+    x = io(arch)
+    sequence = np.asarray(model.discriminator(*[tf.constant(x[k], tf.int32)
+                                                for k in ("input_ids", "attention_mask", "token_type_ids")]))
+    real = x["attention_mask"].astype(bool)
+    np.testing.assert_allclose(sequence[real], x["out.sequence_output"][real], atol=TOL)
+    with pytest.raises(UserError, match="init_head.*ELECTRA's original"):
+        model.load_init_checkpoint(fixture(arch), init_head=True)

@@ -48,9 +48,10 @@ log = logging.getLogger("textrain.convert")
 MODEL_OF_ARCHITECTURE = {
     "BertModel": "bert", "BertForPreTraining": "bert", "BertForMaskedLM": "bert",
     "BertForSequenceClassification": "bert_classifier", "BertForQuestionAnswering": "bert_squad",
+    "ElectraForPreTraining": "electra",
 }
 ARCHITECTURE_OF_MODEL = {"bert": "BertForPreTraining", "bert_classifier": "BertForSequenceClassification",
-                         "bert_squad": "BertForQuestionAnswering"}
+                         "bert_squad": "BertForQuestionAnswering", "electra": "ElectraForPreTraining"}
 # Variables of the textrain model an architecture does not have (they stay freshly initialised).
 # (BertForQuestionAnswering has no pooler: textrain's span head keeps one it never uses.)
 FRESH = {"BertModel": (r"^cls/",), "BertForMaskedLM": (r"^cls/seq_relationship/", r"^bert/pooler/"),
@@ -66,6 +67,10 @@ class Exchange:
     values: dict[str, np.ndarray]
     num_labels: int | None = None
     tokenizer_files: dict[str, str] = dataclasses.field(default_factory=dict)  # name -> source path
+    fresh: tuple[str, ...] | None = None  # patterns of the model's TF1 names the source lacks (None: FRESH's)
+
+    def fresh_patterns(self) -> tuple[str, ...]:
+        return FRESH.get(self.architecture, ()) if self.fresh is None else self.fresh
 
     @property
     def model_name(self) -> str:
@@ -74,7 +79,9 @@ class Exchange:
 
 # ------------------------------------------------------------------------------------ textrain models
 def build_model(model_name: str, config: dict[str, Any], num_labels: int | None = None):
-    from textrain.models import bert, qa_heads
+    from textrain.models import bert, electra, qa_heads
+    if model_name == "electra":
+        return electra.ElectraPretrainer(electra.ElectraConfig.from_dict(config))
     bert_config = bert.BertConfig.from_dict(config)
     if model_name == "bert":
         return bert.BertPretrainer(bert_config)
@@ -85,14 +92,14 @@ def build_model(model_name: str, config: dict[str, Any], num_labels: int | None 
     raise UserError(f"--model={model_name}: textrain-convert converts {', '.join(ARCHITECTURE_OF_MODEL)}")
 
 
-def model_variable_map(model, architecture: str) -> dict:
-    """The model's TF1 names that `architecture` holds (heads it lacks stay fresh, see FRESH)."""
-    fresh = [re.compile(p) for p in FRESH.get(architecture, ())]
-    return {n: v for n, v in model.tf1_variable_map().items() if not any(p.search(n) for p in fresh)}
+def model_variable_map(model, fresh: tuple[str, ...] = ()) -> dict:
+    """The model's TF1 names but those matching `fresh` (heads the source lacks)."""
+    patterns = [re.compile(p) for p in fresh]
+    return {n: v for n, v in model.tf1_variable_map().items() if not any(p.search(n) for p in patterns)}
 
 
-def fresh_names(model, architecture: str) -> list[str]:
-    kept = model_variable_map(model, architecture)
+def fresh_names(model, fresh: tuple[str, ...]) -> list[str]:
+    kept = model_variable_map(model, fresh)
     return sorted(n for n in model.tf1_variable_map() if n not in kept)
 
 
@@ -100,7 +107,7 @@ def load_into_model(exchange: Exchange, source: str):
     """The textrain model of `exchange`, its variables assigned (every tensor accounted for)."""
     from textrain.models.checkpoints import assign_tf1_values
     model = build_model(exchange.model_name, exchange.config, exchange.num_labels)
-    assign_tf1_values(source, exchange.values, model_variable_map(model, exchange.architecture))
+    assign_tf1_values(source, exchange.values, model_variable_map(model, exchange.fresh_patterns()))
     return model
 
 
@@ -110,21 +117,59 @@ def _tokenizer_files(directory: str) -> dict[str, str]:
             if os.path.exists(os.path.join(directory, n))}
 
 
-def read_hf(path: str) -> Exchange:
-    from textrain.models.checkpoints import hf_directory_values
+def _hf_source(path: str, flag: str) -> tuple[dict[str, Any], str]:
     if not hf_format.is_hf_directory(path):
-        raise UserError(f"--from_hf={path}: not a Hugging Face directory (config.json and model.safetensors)")
+        raise UserError(f"{flag}={path}: not a Hugging Face directory (config.json and model.safetensors)")
     config = hf_format.read_config(path)
     architecture = hf_format.architecture_of(config, os.path.join(path, hf_format.CONFIG))
+    if architecture in hf_format.UNLIKE_ORIGINAL:
+        raise UserError(f"{flag}={path}: {architecture} is not converted: {hf_format.UNLIKE_ORIGINAL[architecture]}; "
+                        f"its encoder can still start a fine-tuning (finetune.init_checkpoint, fresh head)")
+    return config, architecture
+
+
+def read_hf(path: str, generator: str | None = None) -> Exchange:
+    from textrain.models.checkpoints import hf_directory_values
+    config, architecture = _hf_source(path, "--from_hf")
+    if architecture == "ElectraForMaskedLM":
+        raise UserError(f"--from_hf={path} is an ELECTRA generator alone: pass the discriminator "
+                        f"(ElectraForPreTraining) as --from_hf and this directory as --hf_generator")
+    if architecture == "ElectraForPreTraining":
+        return _read_electra(path, config, generator)
+    if generator:
+        raise UserError(f"--hf_generator is for ELECTRA; --from_hf={path} is {architecture}")
     values = hf_directory_values(path)
     labels = hf_format.num_labels(config) if MODEL_OF_ARCHITECTURE[architecture] == "bert_classifier" else None
     return Exchange(architecture, hf_format.bert_config_dict(config, os.path.join(path, hf_format.CONFIG)),
                     values, labels, _tokenizer_files(path))
 
 
+def _read_electra(path: str, config: dict[str, Any], generator: str | None) -> Exchange:
+    """The discriminator and (if given) the generator, whose shared embeddings must be equal."""
+    from textrain.models.checkpoints import hf_directory_values
+    values = hf_directory_values(path)
+    gen_config = None
+    if generator:
+        gen_config, gen_architecture = _hf_source(generator, "--hf_generator")
+        if gen_architecture != "ElectraForMaskedLM":
+            raise UserError(f"--hf_generator={generator} is {gen_architecture}, not ElectraForMaskedLM")
+        gen_values = hf_directory_values(generator)
+        differ = sorted(n for n in gen_values if n in values and (gen_values[n].shape != values[n].shape
+                                                                  or not np.array_equal(gen_values[n], values[n])))
+        if differ:
+            raise UserError(f"--hf_generator={generator}: its embeddings differ from the discriminator's "
+                            f"({', '.join(differ)}); textrain's ELECTRA shares them between the two")
+        values.update(gen_values)
+    electra = hf_format.electra_config_dicts(config, gen_config, os.path.join(path, hf_format.CONFIG))
+    fresh = () if generator else (r"^generator",)
+    return Exchange("ElectraForPreTraining", electra, values, None, _tokenizer_files(path), fresh)
+
+
 def _architecture_of_tf1(names: set[str], model_name: str | None) -> str:
     if model_name:
         return ARCHITECTURE_OF_MODEL[model_name]
+    if "discriminator_predictions/dense/kernel" in names:
+        return "ElectraForPreTraining"
     if "cls/squad/output_weights" in names:
         return "BertForQuestionAnswering"
     if "output_weights" in names:
@@ -148,12 +193,14 @@ def read_tf1(path: str, config_file: str | None, vocab_file: str | None, model_n
     architecture = _architecture_of_tf1(set(values), model_name)
     labels = int(values["output_weights"].shape[0]) if "output_weights" in values else None
     files = {"vocab.txt": vocab_file} if vocab_file else {}
-    return Exchange(architecture, _read_json(config_file), values, labels, files)
+    return Exchange(architecture, _read_json(config_file, MODEL_OF_ARCHITECTURE[architecture]), values, labels, files)
 
 
-def _read_json(path: str) -> dict[str, Any]:
+def _read_json(path: str, model_name: str) -> dict[str, Any]:
     from textrain.models.bert import BertConfig
-    return BertConfig.from_json_file(path).to_dict()
+    from textrain.models.electra import ElectraConfig
+    cls = ElectraConfig if model_name == "electra" else BertConfig
+    return cls.from_json_file(path).to_dict()
 
 
 def read_textrain(path: str, model_name: str | None, config_file: str | None, num_labels: int | None,
@@ -169,10 +216,10 @@ def read_textrain(path: str, model_name: str | None, config_file: str | None, nu
         if not (model_name and config_file):
             raise UserError(f"--from_textrain={path} has no {MODEL_FILE}: say what it holds with --model and "
                             f"--config_file (and --num_labels for a classifier)")
-        architecture, config = ARCHITECTURE_OF_MODEL[model_name], _read_json(config_file)
+        architecture, config = ARCHITECTURE_OF_MODEL[model_name], _read_json(config_file, model_name)
     model = build_model(MODEL_OF_ARCHITECTURE[architecture], config, num_labels)
     checkpoint_checks.load_init_checkpoint(checkpoint_checks.resolve_checkpoint(path, "--from_textrain"), model)
-    values = {n: np.asarray(v.numpy()) for n, v in model_variable_map(model, architecture).items()}
+    values = {n: np.asarray(v.numpy()) for n, v in model_variable_map(model, FRESH.get(architecture, ())).items()}
     files = _tokenizer_files(directory)
     if vocab_file:
         files["vocab.txt"] = vocab_file
@@ -191,12 +238,24 @@ def _write_json(path: str, value: Any) -> None:
         f.write("\n")
 
 
+def hf_config_of(exchange: Exchange, architecture: str) -> dict[str, Any]:
+    """The HF config.json of `architecture` (ELECTRA: each network's own sizes)."""
+    config = exchange.config
+    if exchange.model_name == "electra":
+        from textrain.models.electra import ElectraConfig
+        electra = ElectraConfig.from_dict(config)
+        networks = {"ElectraForPreTraining": electra.discriminator_config, "ElectraForMaskedLM": electra.generator_config}
+        config = networks[architecture]().to_dict()
+    return hf_format.hf_bert_config(architecture, config, exchange.num_labels)
+
+
 def write_hf(exchange: Exchange, out: str, architecture: str | None = None) -> None:
     architecture = architecture or exchange.architecture
-    if MODEL_OF_ARCHITECTURE.get(architecture) != exchange.model_name:
+    if MODEL_OF_ARCHITECTURE.get(architecture, "electra" if architecture == "ElectraForMaskedLM" else None) \
+            != exchange.model_name:
         raise UserError(f"--hf_architecture={architecture} does not hold a {exchange.model_name} model; use "
                         f"{', '.join(a for a, m in MODEL_OF_ARCHITECTURE.items() if m == exchange.model_name)}")
-    config = hf_format.hf_bert_config(architecture, exchange.config, exchange.num_labels)
+    config = hf_config_of(exchange, architecture)
     fresh = fresh_names_of(exchange, architecture)
     if fresh:
         raise UserError(f"{exchange.architecture} has no {', '.join(fresh)}: it cannot be written as {architecture}")
@@ -208,7 +267,7 @@ def write_hf(exchange: Exchange, out: str, architecture: str | None = None) -> N
 
 def fresh_names_of(exchange: Exchange, architecture: str) -> list[str]:
     """Tensors `architecture` holds that `exchange` lacks."""
-    table = hf_format.name_table(architecture, {"num_hidden_layers": exchange.config["num_hidden_layers"]})
+    table = hf_format.name_table(architecture, hf_config_of(exchange, architecture))
     return sorted(t for _, t, _ in table if t not in exchange.values)
 
 
@@ -229,7 +288,7 @@ def write_textrain(exchange: Exchange, out: str, source: str) -> list[str]:
                                                 "config": exchange.config, "num_labels": exchange.num_labels})
     _write_json(os.path.join(out, BERT_CONFIG), exchange.config)
     _copy_tokenizer(exchange, out)
-    return fresh_names(model, exchange.architecture)
+    return fresh_names(model, exchange.fresh_patterns())
 
 
 def write_atomically(out: str, write) -> Any:
@@ -255,20 +314,23 @@ def write_atomically(out: str, write) -> Any:
 def convert(*, from_hf: str | None = None, from_tf1: str | None = None, from_textrain: str | None = None,
             to_hf: str | None = None, to_tf1: str | None = None, to_textrain: str | None = None,
             model: str | None = None, config_file: str | None = None, num_labels: int | None = None,
-            vocab_file: str | None = None, hf_architecture: str | None = None) -> list[str]:
+            vocab_file: str | None = None, hf_architecture: str | None = None, hf_generator: str | None = None,
+            to_hf_generator: str | None = None) -> list[str]:
     """One conversion; returns lines describing what was written."""
     sources = [s for s in (from_hf, from_tf1, from_textrain) if s]
-    targets = [t for t in (to_hf, to_tf1, to_textrain) if t]
+    targets = [t for t in (to_hf, to_tf1, to_textrain, to_hf_generator) if t]
     if len(sources) != 1:
         raise UserError("give exactly one of --from_hf, --from_tf1, --from_textrain")
     if not targets:
-        raise UserError("give at least one of --to_hf, --to_tf1, --to_textrain")
+        raise UserError("give at least one of --to_hf, --to_tf1, --to_textrain, --to_hf_generator")
+    if hf_generator and not from_hf:
+        raise UserError("--hf_generator goes with --from_hf (the discriminator)")
     if model and model not in ARCHITECTURE_OF_MODEL:
         raise UserError(f"--model={model}: textrain-convert converts {', '.join(ARCHITECTURE_OF_MODEL)}")
     if hf_architecture and hf_architecture not in MODEL_OF_ARCHITECTURE:
         raise UserError(f"--hf_architecture={hf_architecture}: known: {', '.join(MODEL_OF_ARCHITECTURE)}")
     if from_hf:
-        exchange = read_hf(from_hf)
+        exchange = read_hf(from_hf, hf_generator)
     elif from_tf1:
         exchange = read_tf1(from_tf1, config_file, vocab_file, model)
     else:
@@ -276,11 +338,14 @@ def convert(*, from_hf: str | None = None, from_tf1: str | None = None, from_tex
     source = sources[0]
     # Check everything the targets need before writing any of them.
     load_into_model(exchange, source)
-    if to_hf:
-        fresh = fresh_names_of(exchange, hf_architecture or exchange.architecture)
+    hf_targets = ([(to_hf, hf_architecture or exchange.architecture)] if to_hf else []) + (
+        [(to_hf_generator, "ElectraForMaskedLM")] if to_hf_generator else [])
+    if to_hf_generator and exchange.model_name != "electra":
+        raise UserError(f"--to_hf_generator is for ELECTRA; {source} holds {exchange.model_name}")
+    for _, architecture in hf_targets:
+        fresh = fresh_names_of(exchange, architecture)
         if fresh:
-            raise UserError(f"{source} has no {', '.join(fresh)}: it cannot be written as "
-                            f"{hf_architecture or exchange.architecture}")
+            raise UserError(f"{source} has no {', '.join(fresh)}: it cannot be written as {architecture}")
     lines = []
     if to_textrain:
         fresh = write_atomically(to_textrain, lambda d: write_textrain(exchange, d, source))
@@ -289,9 +354,9 @@ def convert(*, from_hf: str | None = None, from_tf1: str | None = None, from_tex
     if to_tf1:
         write_atomically(to_tf1, lambda d: write_tf1(exchange, d))
         lines.append(f"wrote {to_tf1}/model.ckpt (the originals' variable names)")
-    if to_hf:
-        write_atomically(to_hf, lambda d: write_hf(exchange, d, hf_architecture))
-        lines.append(f"wrote {to_hf} ({hf_architecture or exchange.architecture}, safetensors)")
+    for out, architecture in hf_targets:
+        write_atomically(out, lambda d: write_hf(exchange, d, architecture))
+        lines.append(f"wrote {out} ({architecture}, safetensors)")
     return lines
 
 
@@ -308,6 +373,9 @@ def define_flags() -> None:
     flags.DEFINE_integer("num_labels", None, "Labels of a --from_textrain bert_classifier run.")
     flags.DEFINE_string("vocab_file", None, "vocab.txt to write beside the converted model.")
     flags.DEFINE_string("hf_architecture", None, "The HF architecture --to_hf writes (default: the model's own).")
+    flags.DEFINE_string("hf_generator", None, "ELECTRA: the generator's HF directory (ElectraForMaskedLM) to "
+                        "combine with the --from_hf discriminator into one pretraining checkpoint.")
+    flags.DEFINE_string("to_hf_generator", None, "ELECTRA: also write the generator as an HF ElectraForMaskedLM.")
 
 
 def main(argv: list[str]) -> None:
@@ -316,7 +384,8 @@ def main(argv: list[str]) -> None:
     for line in convert(from_hf=FLAGS.from_hf, from_tf1=FLAGS.from_tf1, from_textrain=FLAGS.from_textrain,
                         to_hf=FLAGS.to_hf, to_tf1=FLAGS.to_tf1, to_textrain=FLAGS.to_textrain, model=FLAGS.model,
                         config_file=FLAGS.config_file, num_labels=FLAGS.num_labels, vocab_file=FLAGS.vocab_file,
-                        hf_architecture=FLAGS.hf_architecture):
+                        hf_architecture=FLAGS.hf_architecture, hf_generator=FLAGS.hf_generator,
+                        to_hf_generator=FLAGS.to_hf_generator):
         print(line, flush=True)
 
 

@@ -52,7 +52,7 @@ def config_for(arch: str) -> transformers.PretrainedConfig:
         # The generator of a real ELECTRA is smaller than its discriminator; the sizes differ here too.
         sizes = dict(SMALL, embedding_size=8)
         if arch == "ElectraForMaskedLM":
-            sizes.update(hidden_size=8, num_attention_heads=1, intermediate_size=16)
+            sizes.update(hidden_size=8, num_attention_heads=1, intermediate_size=32)  # ELECTRA's FFN: 4x hidden
         return transformers.ElectraConfig(**sizes, num_labels=labels)
     return transformers.XLNetConfig(vocab_size=VOCAB, d_model=16, n_layer=2, n_head=2, d_inner=32,
                                     num_labels=3, start_n_top=3, end_n_top=3)
@@ -83,12 +83,17 @@ def write_tokenizer(arch: str, path: str) -> None:
         json.dump({"do_lower_case": True, "tokenizer_class": "BertTokenizer"}, f, indent=2)
 
 
-def make(arch: str, root: str, seed: int) -> None:
+def make(arch: str, root: str, seed: int, made: dict[str, torch.nn.Module]) -> None:
     torch.manual_seed(seed)
     model = getattr(transformers, arch)(config_for(arch)).eval()
     with torch.no_grad():
         for p in model.parameters():
             p.add_(torch.randn_like(p) * 0.05)
+        if arch == "ElectraForMaskedLM":
+            # ELECTRA's generator and discriminator share their embeddings (as google/electra-*-generator
+            # and -discriminator do), so the two fixtures combine into one textrain pretraining checkpoint.
+            model.electra.embeddings.load_state_dict(made["ElectraForPreTraining"].electra.embeddings.state_dict())
+    made[arch] = model
     path = os.path.join(root, arch)
     os.makedirs(path, exist_ok=True)
     model.save_pretrained(path)
@@ -101,8 +106,9 @@ def make(arch: str, root: str, seed: int) -> None:
 
 
 def main(root: str) -> None:
+    made: dict[str, torch.nn.Module] = {}
     for seed, arch in enumerate(BERT_ARCHS + ELECTRA_ARCHS + XLNET_ARCHS):
-        make(arch, root, seed)
+        make(arch, root, seed, made)
 
 
 if __name__ == "__main__":
