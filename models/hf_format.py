@@ -47,6 +47,10 @@ ARCHITECTURES: dict[str, tuple[str, str]] = {
     "ElectraForMaskedLM": ("electra", "generator"),
     "ElectraForSequenceClassification": ("electra", "classification"),
     "ElectraForQuestionAnswering": ("electra", "question_answering"),
+    "XLNetModel": ("xlnet", "encoder"),
+    "XLNetLMHeadModel": ("xlnet", "lm"),
+    "XLNetForSequenceClassification": ("xlnet", "classification"),
+    "XLNetForQuestionAnswering": ("xlnet", "question_answering"),
 }
 # HF heads that are not the original's: their encoder loads (an init_checkpoint with a fresh head), the
 # head does not: a conversion or `init_head` is refused with this difference.
@@ -150,10 +154,13 @@ class Row:
 
     hf: str
     tf1: str
-    kind: str  # linear | layer_norm | embedding | matrix (originals' [units, in]) | bias
+    kind: str  # linear | linear_no_bias | layer_norm | embedding | matrix (originals' [units, in]) | tensor
+    index: int | None = None  # kind "tensor": the HF tensor is row `index` of the TF1 one (XLNet's per-layer biases)
 
-    def pairs(self) -> list[tuple[str, str, bool]]:
-        """(hf name, tf1 name, transpose) of each tensor of the module."""
+    def pairs(self) -> list[tuple[str, str, bool | int]]:
+        """(hf name, tf1 name, transpose or the row index) of each tensor of the module."""
+        if self.kind == "linear_no_bias":
+            return [(f"{self.hf}.weight", f"{self.tf1}/kernel", True)]
         if self.kind == "linear":
             return [(f"{self.hf}.weight", f"{self.tf1}/kernel", True), (f"{self.hf}.bias", f"{self.tf1}/bias", False)]
         if self.kind == "layer_norm":
@@ -163,8 +170,8 @@ class Row:
         if self.kind == "matrix":
             return [(f"{self.hf}.weight", f"{self.tf1}/output_weights", False),
                     (f"{self.hf}.bias", f"{self.tf1}/output_bias", False)]
-        if self.kind == "bias":
-            return [(self.hf, self.tf1, False)]
+        if self.kind in ("bias", "tensor"):
+            return [(self.hf, self.tf1, False if self.index is None else self.index)]
         raise ValueError(f"unknown row kind {self.kind!r}")
 
 
@@ -206,8 +213,31 @@ def _electra(config: dict[str, Any], tf1: str = "electra") -> list[Row]:
                          embeddings="electra/embeddings", project=project)
 
 
-def name_table(architecture: str, config: dict[str, Any]) -> list[tuple[str, str, bool]]:
-    """Every tensor of `architecture`: (HF name, TF1 name, transpose)."""
+def _xlnet(hf: str, layers: int) -> list[Row]:
+    """XLNet's transformer: HF keeps the relative biases and segment embedding per layer, the original
+    stacks them `[n_layer, ...]` (untie_r)."""
+    tf1 = "model/transformer"
+    rows = [Row(f"{hf}word_embedding", f"{tf1}/word_embedding/lookup_table", "embedding"),
+            Row(f"{hf}mask_emb", f"{tf1}/mask_emb/mask_emb", "tensor")]
+    for i in range(layers):
+        layer, out = f"{hf}layer.{i}", f"{tf1}/layer_{i}"
+        rows += [Row(f"{layer}.rel_attn.{p}", f"{out}/rel_attn/{p}/kernel", "tensor") for p in "qkvor"]
+        rows += [Row(f"{layer}.rel_attn.{p}", f"{tf1}/{p}", "tensor", i) for p in ("r_w_bias", "r_r_bias", "r_s_bias",
+                                                                                  "seg_embed")]
+        rows += [Row(f"{layer}.rel_attn.layer_norm", f"{out}/rel_attn/LayerNorm", "layer_norm"),
+                 Row(f"{layer}.ff.layer_1", f"{out}/ff/layer_1", "linear"),
+                 Row(f"{layer}.ff.layer_2", f"{out}/ff/layer_2", "linear"),
+                 Row(f"{layer}.ff.layer_norm", f"{out}/ff/LayerNorm", "layer_norm")]
+    return rows
+
+
+XLNET_TASK = "task"  # the task name in the TF1 names of XLNet's classifier head (textrain's default)
+
+
+def name_table(architecture: str, config: dict[str, Any]) -> list[tuple[str, str, bool | int]]:
+    """Every tensor of `architecture`: (HF name, TF1 name, transpose or row index)."""
+    if architecture.startswith("XLNet"):
+        return _xlnet_table(architecture, int(config["n_layer"]))
     layers = int(config["num_hidden_layers"])
     rows: list[Row]
     if architecture == "BertModel":
@@ -240,10 +270,33 @@ def name_table(architecture: str, config: dict[str, Any]) -> list[tuple[str, str
     return [(h, t.lstrip("/"), tr) for row in rows for h, t, tr in row.pairs()]
 
 
+def _xlnet_table(architecture: str, layers: int) -> list[tuple[str, str, bool | int]]:
+    if architecture == "XLNetModel":
+        rows = _xlnet("", layers)
+    elif architecture == "XLNetLMHeadModel":
+        rows = _xlnet("transformer.", layers) + [Row("lm_loss.bias", "model/lm_loss/bias", "bias")]
+    elif architecture == "XLNetForSequenceClassification":
+        rows = _xlnet("transformer.", layers) + [
+            Row("sequence_summary.summary", "model/sequnece_summary/summary", "linear"),  # the original's spelling
+            Row("logits_proj", f"model/classification_{XLNET_TASK}/logit", "linear")]
+    elif architecture == "XLNetForQuestionAnswering":
+        rows = _xlnet("transformer.", layers) + [
+            Row("start_logits.dense", "start_logits/dense", "linear"),
+            Row("end_logits.dense_0", "end_logits/dense_0", "linear"),
+            Row("end_logits.LayerNorm", "end_logits/LayerNorm", "layer_norm"),
+            Row("end_logits.dense_1", "end_logits/dense_1", "linear"),
+            Row("answer_class.dense_0", "answer_class/dense_0", "linear"),
+            Row("answer_class.dense_1", "answer_class/dense_1", "linear_no_bias")]
+    else:
+        raise HFFormatError(f"architecture {architecture} is not one textrain converts; known: {', '.join(ARCHITECTURES)}")
+    return [pair for row in rows for pair in row.pairs()]
+
+
 # Tied copies HF may store beside the tensors they repeat: HF name -> the HF name it must equal.
 TIED = {"cls.predictions.decoder.weight": "bert.embeddings.word_embeddings.weight",
         "cls.predictions.decoder.bias": "cls.predictions.bias",
-        "generator_lm_head.weight": "electra.embeddings.word_embeddings.weight"}
+        "generator_lm_head.weight": "electra.embeddings.word_embeddings.weight",
+        "lm_loss.weight": "transformer.word_embedding.weight"}
 
 
 def tf1_values(checkpoint: HFCheckpoint) -> dict[str, np.ndarray]:
@@ -262,8 +315,18 @@ def tf1_values(checkpoint: HFCheckpoint) -> dict[str, np.ndarray]:
     if unknown:
         raise HFFormatError(f"{checkpoint.path}: tensors that {checkpoint.architecture} does not have "
                             f"({len(unknown)}): {', '.join(sorted(unknown))}")
-    return {t: (checkpoint.tensors[h].T if tr else checkpoint.tensors[h])
-            for h, t, tr in table if h in checkpoint.tensors}
+    values, rows = {}, {}
+    for h, t, how in table:
+        if h not in checkpoint.tensors:
+            continue
+        if how is True or how is False:
+            values[t] = checkpoint.tensors[h].T if how else checkpoint.tensors[h]
+        else:
+            rows.setdefault(t, {})[how] = checkpoint.tensors[h]
+    for t, parts in rows.items():
+        if sorted(parts) == list(range(len(parts))) and len({p.shape for p in parts.values()}) == 1:
+            values[t] = np.stack([parts[i] for i in range(len(parts))])  # a missing layer leaves it missing
+    return values
 
 
 def hf_tensors(architecture: str, config: dict[str, Any], values: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -273,7 +336,11 @@ def hf_tensors(architecture: str, config: dict[str, Any], values: dict[str, np.n
     if missing:
         raise HFFormatError(f"{architecture} needs tensors the model does not have ({len(missing)}): "
                             f"{', '.join(missing)}")
-    return {h: np.ascontiguousarray(values[t].T if tr else values[t]) for h, t, tr in table}
+    def one(t: str, how: bool | int) -> np.ndarray:
+        if how is True or how is False:
+            return values[t].T if how else values[t]
+        return values[t][how]
+    return {h: np.ascontiguousarray(one(t, how)) for h, t, how in table}
 
 
 # ------------------------------------------------------------------------------------ configs
@@ -335,6 +402,41 @@ def hf_bert_config(architecture: str, bert_config: dict[str, Any], num_labels: i
                   position_embedding_type="absolute", tie_word_embeddings=True)
     if electra:
         config["embedding_size"] = int(bert_config.get("embedding_size") or bert_config["hidden_size"])
+    if num_labels is not None:
+        config["id2label"] = {str(i): f"LABEL_{i}" for i in range(num_labels)}
+        config["label2id"] = {f"LABEL_{i}": i for i in range(num_labels)}
+    return config
+
+
+def xlnet_config_dict(config: dict[str, Any], source: str) -> dict[str, Any]:
+    """The original `xlnet_config.json` keys of an HF XLNet config."""
+    eps = float(config.get("layer_norm_eps", 1e-12))
+    if abs(eps - 1e-12) > 1e-15:
+        raise HFFormatError(f"{source}: layer_norm_eps {eps} differs from the 1e-12 textrain's XLNet uses")
+    if config.get("attn_type", "bi") != "bi":
+        raise HFFormatError(f"{source}: attn_type {config['attn_type']!r}: textrain converts 'bi' XLNets")
+    act = config.get("ff_activation", "gelu")
+    if act not in HF_TO_TEXTRAIN_ACT or HF_TO_TEXTRAIN_ACT[act] not in ("gelu", "gelu_exact", "relu"):
+        raise HFFormatError(f"{source}: ff_activation {act!r} has no textrain XLNet equivalent")
+    d_model, n_head = int(config["d_model"]), int(config["n_head"])
+    return {"n_layer": int(config["n_layer"]), "d_model": d_model, "n_head": n_head, "d_head": d_model // n_head,
+            "d_inner": int(config["d_inner"]), "ff_activation": HF_TO_TEXTRAIN_ACT[act], "untie_r": True,
+            "n_token": int(config["vocab_size"])}
+
+
+def hf_xlnet_config(architecture: str, xlnet: dict[str, Any], num_labels: int | None = None,
+                    n_top: tuple[int, int] = (5, 5)) -> dict[str, Any]:
+    """An HF `config.json` for a textrain XLNet (`xlnet` as the original xlnet_config.json keys)."""
+    if xlnet["d_head"] * xlnet["n_head"] != xlnet["d_model"]:
+        raise HFFormatError(f"d_head {xlnet['d_head']} x n_head {xlnet['n_head']} != d_model {xlnet['d_model']}: "
+                            f"transformers' XLNet needs d_head = d_model / n_head")
+    config = {"architectures": [architecture], "model_type": "xlnet", "vocab_size": xlnet["n_token"],
+              "d_model": xlnet["d_model"], "n_layer": xlnet["n_layer"], "n_head": xlnet["n_head"],
+              "d_inner": xlnet["d_inner"], "ff_activation": TEXTRAIN_TO_HF_ACT[xlnet["ff_activation"]],
+              "untie_r": True, "attn_type": "bi", "layer_norm_eps": 1e-12, "bi_data": False, "clamp_len": -1,
+              "same_length": False, "summary_type": "last", "summary_use_proj": True, "summary_activation": "tanh",
+              "summary_last_dropout": 0.1, "start_n_top": n_top[0], "end_n_top": n_top[1],
+              "tie_word_embeddings": True}
     if num_labels is not None:
         config["id2label"] = {str(i): f"LABEL_{i}" for i in range(num_labels)}
         config["label2id"] = {f"LABEL_{i}": i for i in range(num_labels)}

@@ -296,7 +296,7 @@ def test_electra_discriminator_and_generator_combine(tmp_path):
         assert {k: got_config[k] for k in fields} == {k: want_config[k] for k in fields}
     # ... and through the originals' layout.
     convert.convert(from_textrain=str(tmp_path / "tr"), to_tf1=str(tmp_path / "tf1"))
-    convert.convert(from_tf1=str(tmp_path / "tf1" / "model.ckpt"), config_file=str(tmp_path / "tf1" / "bert_config.json"),
+    convert.convert(from_tf1=str(tmp_path / "tf1" / "model.ckpt"), config_file=str(tmp_path / "tf1" / "electra_config.json"),
                     to_hf_generator=str(tmp_path / "gen2"))
     want = load_file(os.path.join(fixture("ElectraForMaskedLM"), "model.safetensors"))
     got = load_file(str(tmp_path / "gen2" / "model.safetensors"))
@@ -333,3 +333,72 @@ def test_electra_hf_heads_unlike_the_original(arch, tmp_path):
     np.testing.assert_allclose(sequence[real], x["out.sequence_output"][real], atol=TOL)
     with pytest.raises(UserError, match="init_head.*ELECTRA's original"):
         model.load_init_checkpoint(fixture(arch), init_head=True)
+
+
+# ------------------------------------------------------------------------------------ XLNet
+XLNET_ARCHS = ("XLNetModel", "XLNetLMHeadModel", "XLNetForSequenceClassification", "XLNetForQuestionAnswering")
+
+
+def xlnet_outputs(model, arch: str, x: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    ids = tf.constant(x["input_ids"], tf.int32)
+    padding = tf.constant(1 - x["attention_mask"], tf.float32)  # XLNet's input_mask: 1 = padding
+    types = tf.constant(x["token_type_ids"], tf.int32)
+    features = {"input_ids": ids, "input_mask": padding, "segment_ids": types}
+    sequence = model.transformer(ids, seg_ids=types, input_mask=padding)["output"]
+    out = {"sequence_output": sequence, "last_hidden_state": sequence}
+    if arch == "XLNetLMHeadModel":
+        out["logits"] = tf.einsum("bld,nd->bln", sequence, model.transformer.lookup_table) + model.lm_bias
+    elif arch == "XLNetForSequenceClassification":
+        out["logits"] = model.logits(features)
+    elif arch == "XLNetForQuestionAnswering":
+        length = ids.shape[1]
+        got = model.predict_outputs({**features, "p_mask": tf.zeros_like(padding),
+                                     "cls_index": tf.fill([ids.shape[0]], length - 1)})
+        out.update(got)
+        # transformers flattens the end beams as [end rank, start beam], the original as [start beam, end rank].
+        k1, k2 = model.start_n_top, model.end_n_top
+        for name in ("end_top_log_probs", "end_top_index"):
+            out[name] = tf.reshape(tf.transpose(tf.reshape(got[name], [-1, k1, k2]), [0, 2, 1]), [-1, k1 * k2])
+    return {k: np.asarray(v) for k, v in out.items()}
+
+
+@pytest.mark.parametrize("arch", XLNET_ARCHS)
+def test_xlnet_import_matches_transformers(arch, tmp_path):
+    exchange = convert.read_hf(fixture(arch))
+    model = convert.load_into_model(exchange, fixture(arch))
+    expected = io(arch)
+    got = xlnet_outputs(model, arch, expected)
+    real = expected["attention_mask"].astype(bool)
+    names = [k[len("out."):] for k in expected if k.startswith("out.")]
+    for name in names:
+        want = expected[f"out.{name}"]
+        if name in ("sequence_output", "last_hidden_state") or (name == "logits" and want.ndim == 3):
+            np.testing.assert_allclose(got[name][real], want[real], atol=TOL, err_msg=f"{arch} {name}")
+        elif name.endswith("_log_probs"):  # transformers' "log_probs" are softmax probabilities
+            np.testing.assert_allclose(np.exp(got[name]), want, atol=TOL, err_msg=f"{arch} {name}")
+        elif name.endswith("_index"):
+            np.testing.assert_array_equal(got[name], want, err_msg=f"{arch} {name}")
+        else:
+            np.testing.assert_allclose(got[name], want, atol=TOL, err_msg=f"{arch} {name}")
+    # Export: through textrain and the originals' layout back to the same HF tensors and config.
+    convert.convert(from_hf=fixture(arch), to_textrain=str(tmp_path / "tr"))
+    convert.convert(from_textrain=str(tmp_path / "tr"), to_tf1=str(tmp_path / "tf1"))
+    convert.convert(from_tf1=str(tmp_path / "tf1" / "model.ckpt"), config_file=str(tmp_path / "tf1" / "xlnet_config.json"),
+                    model=convert.MODEL_OF_ARCHITECTURE[arch], to_textrain=str(tmp_path / "tr2"))
+    convert.convert(from_textrain=str(tmp_path / "tr2"), to_hf=str(tmp_path / "hf"),
+                    hf_architecture=arch if arch == "XLNetModel" else None)
+    want = load_file(os.path.join(fixture(arch), "model.safetensors"))
+    got = load_file(str(tmp_path / "hf" / "model.safetensors"))
+    assert sorted(got) == sorted(want)
+    for name in want:
+        np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+    want_config, got_config = hf_format.read_config(fixture(arch)), hf_format.read_config(str(tmp_path / "hf"))
+    fields = ("architectures", "model_type", "vocab_size", "d_model", "n_layer", "n_head", "d_inner", "ff_activation",
+              "untie_r", "attn_type", "summary_type", "start_n_top", "end_n_top", "layer_norm_eps")
+    fields = [k for k in fields if k in want_config]  # transformers 5 leaves out fields at their default
+    assert len(fields) >= 10
+    n_top = ("start_n_top", "end_n_top")  # run settings: the originals' xlnet_config.json does not keep them
+    assert {k: got_config[k] for k in fields if k not in n_top} == {k: want_config[k] for k in fields if k not in n_top}
+    convert.convert(from_textrain=str(tmp_path / "tr"), to_hf=str(tmp_path / "hf_direct"))
+    direct = hf_format.read_config(str(tmp_path / "hf_direct"))
+    assert {k: direct[k] for k in fields} == {k: want_config[k] for k in fields}

@@ -49,13 +49,17 @@ MODEL_OF_ARCHITECTURE = {
     "BertModel": "bert", "BertForPreTraining": "bert", "BertForMaskedLM": "bert",
     "BertForSequenceClassification": "bert_classifier", "BertForQuestionAnswering": "bert_squad",
     "ElectraForPreTraining": "electra",
+    "XLNetModel": "xlnet", "XLNetLMHeadModel": "xlnet", "XLNetForSequenceClassification": "xlnet_classifier",
+    "XLNetForQuestionAnswering": "xlnet_squad",
 }
 ARCHITECTURE_OF_MODEL = {"bert": "BertForPreTraining", "bert_classifier": "BertForSequenceClassification",
-                         "bert_squad": "BertForQuestionAnswering", "electra": "ElectraForPreTraining"}
+                         "bert_squad": "BertForQuestionAnswering", "electra": "ElectraForPreTraining",
+                         "xlnet": "XLNetLMHeadModel", "xlnet_classifier": "XLNetForSequenceClassification",
+                         "xlnet_squad": "XLNetForQuestionAnswering"}
 # Variables of the textrain model an architecture does not have (they stay freshly initialised).
 # (BertForQuestionAnswering has no pooler: textrain's span head keeps one it never uses.)
 FRESH = {"BertModel": (r"^cls/",), "BertForMaskedLM": (r"^cls/seq_relationship/", r"^bert/pooler/"),
-         "BertForQuestionAnswering": (r"^bert/pooler/",)}
+         "BertForQuestionAnswering": (r"^bert/pooler/",), "XLNetModel": (r"^model/lm_loss/",)}
 
 
 @dataclasses.dataclass
@@ -68,6 +72,7 @@ class Exchange:
     num_labels: int | None = None
     tokenizer_files: dict[str, str] = dataclasses.field(default_factory=dict)  # name -> source path
     fresh: tuple[str, ...] | None = None  # patterns of the model's TF1 names the source lacks (None: FRESH's)
+    n_top: tuple[int, int] = (5, 5)  # XLNet's span head: start_n_top, end_n_top
 
     def fresh_patterns(self) -> tuple[str, ...]:
         return FRESH.get(self.architecture, ()) if self.fresh is None else self.fresh
@@ -78,8 +83,16 @@ class Exchange:
 
 
 # ------------------------------------------------------------------------------------ textrain models
-def build_model(model_name: str, config: dict[str, Any], num_labels: int | None = None):
-    from textrain.models import bert, electra, qa_heads
+def build_model(model_name: str, config: dict[str, Any], num_labels: int | None = None,
+                n_top: tuple[int, int] = (5, 5)):
+    from textrain.models import bert, electra, qa_heads, xlnet
+    if model_name.startswith("xlnet"):
+        xlnet_config = xlnet.XLNetConfig(**config)
+        if model_name == "xlnet":
+            return xlnet.XLNetPretrainer(xlnet_config)
+        if model_name == "xlnet_classifier":
+            return xlnet.XLNetClassifier(xlnet_config, num_labels=int(num_labels or 2), task_name=hf_format.XLNET_TASK)
+        return qa_heads.XLNetSquad(xlnet_config, start_n_top=n_top[0], end_n_top=n_top[1])
     if model_name == "electra":
         return electra.ElectraPretrainer(electra.ElectraConfig.from_dict(config))
     bert_config = bert.BertConfig.from_dict(config)
@@ -106,7 +119,7 @@ def fresh_names(model, fresh: tuple[str, ...]) -> list[str]:
 def load_into_model(exchange: Exchange, source: str):
     """The textrain model of `exchange`, its variables assigned (every tensor accounted for)."""
     from textrain.models.checkpoints import assign_tf1_values
-    model = build_model(exchange.model_name, exchange.config, exchange.num_labels)
+    model = build_model(exchange.model_name, exchange.config, exchange.num_labels, exchange.n_top)
     assign_tf1_values(source, exchange.values, model_variable_map(model, exchange.fresh_patterns()))
     return model
 
@@ -139,9 +152,14 @@ def read_hf(path: str, generator: str | None = None) -> Exchange:
     if generator:
         raise UserError(f"--hf_generator is for ELECTRA; --from_hf={path} is {architecture}")
     values = hf_directory_values(path)
-    labels = hf_format.num_labels(config) if MODEL_OF_ARCHITECTURE[architecture] == "bert_classifier" else None
-    return Exchange(architecture, hf_format.bert_config_dict(config, os.path.join(path, hf_format.CONFIG)),
-                    values, labels, _tokenizer_files(path))
+    model_name = MODEL_OF_ARCHITECTURE[architecture]
+    labels = hf_format.num_labels(config) if model_name.endswith("_classifier") else None
+    source = os.path.join(path, hf_format.CONFIG)
+    if model_name.startswith("xlnet"):
+        n_top = (int(config.get("start_n_top", 5)), int(config.get("end_n_top", 5)))
+        return Exchange(architecture, hf_format.xlnet_config_dict(config, source), values, labels,
+                        _tokenizer_files(path), n_top=n_top)
+    return Exchange(architecture, hf_format.bert_config_dict(config, source), values, labels, _tokenizer_files(path))
 
 
 def _read_electra(path: str, config: dict[str, Any], generator: str | None) -> Exchange:
@@ -166,10 +184,21 @@ def _read_electra(path: str, config: dict[str, Any], generator: str | None) -> E
 
 
 def _architecture_of_tf1(names: set[str], model_name: str | None) -> str:
-    if model_name:
+    found = _architecture_of_names(names)
+    if model_name and MODEL_OF_ARCHITECTURE[found] != model_name:
         return ARCHITECTURE_OF_MODEL[model_name]
+    return found
+
+
+def _architecture_of_names(names: set[str]) -> str:
     if "discriminator_predictions/dense/kernel" in names:
         return "ElectraForPreTraining"
+    if "start_logits/dense/kernel" in names:
+        return "XLNetForQuestionAnswering"
+    if f"model/classification_{hf_format.XLNET_TASK}/logit/kernel" in names:
+        return "XLNetForSequenceClassification"
+    if "model/transformer/word_embedding/lookup_table" in names:
+        return "XLNetLMHeadModel" if "model/lm_loss/bias" in names else "XLNetModel"
     if "cls/squad/output_weights" in names:
         return "BertForQuestionAnswering"
     if "output_weights" in names:
@@ -191,7 +220,9 @@ def read_tf1(path: str, config_file: str | None, vocab_file: str | None, model_n
     values = {n: np.asarray(reader.get_tensor(n)) for n in reader.get_variable_to_shape_map()
               if not any(p.search(n) for p in skip)}
     architecture = _architecture_of_tf1(set(values), model_name)
-    labels = int(values["output_weights"].shape[0]) if "output_weights" in values else None
+    head = {"BertForSequenceClassification": ("output_weights", 0),
+            "XLNetForSequenceClassification": (f"model/classification_{hf_format.XLNET_TASK}/logit/kernel", 1)}
+    labels = int(values[head[architecture][0]].shape[head[architecture][1]]) if architecture in head else None
     files = {"vocab.txt": vocab_file} if vocab_file else {}
     return Exchange(architecture, _read_json(config_file, MODEL_OF_ARCHITECTURE[architecture]), values, labels, files)
 
@@ -199,6 +230,10 @@ def read_tf1(path: str, config_file: str | None, vocab_file: str | None, model_n
 def _read_json(path: str, model_name: str) -> dict[str, Any]:
     from textrain.models.bert import BertConfig
     from textrain.models.electra import ElectraConfig
+    from textrain.models.xlnet import MODEL_KEYS, XLNetConfig
+    if model_name.startswith("xlnet"):
+        config = XLNetConfig.from_json(path)
+        return {k: getattr(config, k) for k in MODEL_KEYS}
     cls = ElectraConfig if model_name == "electra" else BertConfig
     return cls.from_json_file(path).to_dict()
 
@@ -212,18 +247,38 @@ def read_textrain(path: str, model_name: str | None, config_file: str | None, nu
         with open(recorded, encoding="utf-8") as f:
             spec = json.load(f)
         architecture, config, num_labels = spec["architecture"], spec["config"], spec.get("num_labels")
+        n_top = tuple(spec.get("n_top", (5, 5)))
     else:
         if not (model_name and config_file):
             raise UserError(f"--from_textrain={path} has no {MODEL_FILE}: say what it holds with --model and "
                             f"--config_file (and --num_labels for a classifier)")
         architecture, config = ARCHITECTURE_OF_MODEL[model_name], _read_json(config_file, model_name)
-    model = build_model(MODEL_OF_ARCHITECTURE[architecture], config, num_labels)
-    checkpoint_checks.load_init_checkpoint(checkpoint_checks.resolve_checkpoint(path, "--from_textrain"), model)
+        n_top = (5, 5)
+    model = build_model(MODEL_OF_ARCHITECTURE[architecture], config, num_labels, n_top)
+    restore_textrain(checkpoint_checks.resolve_checkpoint(path, "--from_textrain"), model)
     values = {n: np.asarray(v.numpy()) for n, v in model_variable_map(model, FRESH.get(architecture, ())).items()}
     files = _tokenizer_files(directory)
     if vocab_file:
         files["vocab.txt"] = vocab_file
-    return Exchange(architecture, config, values, num_labels, files)
+    return Exchange(architecture, config, values, num_labels, files, n_top=n_top)
+
+
+def restore_textrain(path: str, model) -> None:
+    """Every variable of `model` from the textrain checkpoint `path`: by variable path, as the trainers'
+    init_checkpoint (which also proves nothing is missing, extra or mis-shaped); where two variables share a
+    path (XLNet's LayerNorms are all `LayerNorm/gamma`), by the object graph instead, which tells them apart."""
+    import tensorflow as tf
+    from textrain.trainers import checkpoint_checks
+    paths = [getattr(v, "path", v.name) for v in model.variables]
+    if len(set(paths)) == len(paths):
+        checkpoint_checks.load_init_checkpoint(path, model)
+        return
+    status = tf.train.Checkpoint(model=model).read(path)
+    status.expect_partial()  # the optimizer's slots stay in the file
+    try:
+        status.assert_existing_objects_matched()
+    except AssertionError as e:
+        raise UserError(f"--from_textrain={path} does not hold this {type(model).__name__}: {str(e)[:300]}") from None
 
 
 # ------------------------------------------------------------------------------------ writers
@@ -246,6 +301,8 @@ def hf_config_of(exchange: Exchange, architecture: str) -> dict[str, Any]:
         electra = ElectraConfig.from_dict(config)
         networks = {"ElectraForPreTraining": electra.discriminator_config, "ElectraForMaskedLM": electra.generator_config}
         config = networks[architecture]().to_dict()
+    if exchange.model_name.startswith("xlnet"):
+        return hf_format.hf_xlnet_config(architecture, config, exchange.num_labels, exchange.n_top)
     return hf_format.hf_bert_config(architecture, config, exchange.num_labels)
 
 
@@ -274,8 +331,14 @@ def fresh_names_of(exchange: Exchange, architecture: str) -> list[str]:
 def write_tf1(exchange: Exchange, out: str) -> None:
     from textrain.models.checkpoints import write_tf1_checkpoint
     write_tf1_checkpoint(os.path.join(out, "model.ckpt"), exchange.values)
-    _write_json(os.path.join(out, BERT_CONFIG), exchange.config)
+    _write_json(os.path.join(out, config_file_name(exchange)), exchange.config)
     _copy_tokenizer(exchange, out)
+
+
+def config_file_name(exchange: Exchange) -> str:
+    """The originals' config file name beside the weights (what --config_file / model_config_file read)."""
+    return {"bert": BERT_CONFIG, "electra": "electra_config.json", "xlnet": "xlnet_config.json"}[
+        exchange.model_name.split("_")[0]]
 
 
 def write_textrain(exchange: Exchange, out: str, source: str) -> list[str]:
@@ -285,8 +348,9 @@ def write_textrain(exchange: Exchange, out: str, source: str) -> list[str]:
     model = load_into_model(exchange, source)
     tf.train.CheckpointManager(tf.train.Checkpoint(model=model), out, max_to_keep=1).save(checkpoint_number=0)
     _write_json(os.path.join(out, MODEL_FILE), {"model": exchange.model_name, "architecture": exchange.architecture,
-                                                "config": exchange.config, "num_labels": exchange.num_labels})
-    _write_json(os.path.join(out, BERT_CONFIG), exchange.config)
+                                                "config": exchange.config, "num_labels": exchange.num_labels,
+                                                "n_top": list(exchange.n_top)})
+    _write_json(os.path.join(out, config_file_name(exchange)), exchange.config)
     _copy_tokenizer(exchange, out)
     return fresh_names(model, exchange.fresh_patterns())
 
