@@ -443,6 +443,14 @@ def hf_xlnet_config(architecture: str, xlnet: dict[str, Any], num_labels: int | 
     return config
 
 
+def label_names(config: dict[str, Any]) -> list[str] | None:
+    """id2label's names in id order (None without one)."""
+    id2label = config.get("id2label")
+    if not id2label:
+        return None
+    return [str(id2label[k]) for k in sorted(id2label, key=int)]
+
+
 def num_labels(config: dict[str, Any]) -> int:
     if "id2label" in config:
         return len(config["id2label"])

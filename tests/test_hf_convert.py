@@ -402,3 +402,23 @@ def test_xlnet_import_matches_transformers(arch, tmp_path):
     convert.convert(from_textrain=str(tmp_path / "tr"), to_hf=str(tmp_path / "hf_direct"))
     direct = hf_format.read_config(str(tmp_path / "hf_direct"))
     assert {k: direct[k] for k in fields} == {k: want_config[k] for k in fields}
+
+
+# ------------------------------------------------------------------------------------ SavedModel
+def test_to_saved_model_serves_ids_and_text(tmp_path):
+    arch = "BertForSequenceClassification"
+    convert.convert(from_hf=fixture(arch), to_saved_model=str(tmp_path / "export"), max_seq_length=32)
+    served = tf.saved_model.load(str(tmp_path / "export"))
+    x = io(arch)
+    out = served.signatures["serving_default"](
+        input_ids=tf.constant(x["input_ids"], tf.int32), input_mask=tf.constant(x["attention_mask"], tf.int32),
+        segment_ids=tf.constant(x["token_type_ids"], tf.int32))
+    np.testing.assert_allclose(out["logits"].numpy(), x["out.logits"], atol=TOL)
+    assert out["label"].numpy()[0].decode().startswith("LABEL_")
+    text = served.signatures["serve_text"](text_a=tf.constant(["w1 w2 W3 unknownword"]))
+    assert text["probabilities"].shape == (1, 3)
+
+
+def test_to_saved_model_refuses_a_pretraining_model(tmp_path):
+    message = _one_line_error(tmp_path, from_hf=fixture("BertForPreTraining"), to_saved_model=str(tmp_path / "e"))
+    assert "--to_saved_model exports a fine-tuning model" in message

@@ -73,6 +73,7 @@ class Exchange:
     tokenizer_files: dict[str, str] = dataclasses.field(default_factory=dict)  # name -> source path
     fresh: tuple[str, ...] | None = None  # patterns of the model's TF1 names the source lacks (None: FRESH's)
     n_top: tuple[int, int] = (5, 5)  # XLNet's span head: start_n_top, end_n_top
+    labels: list[str] | None = None  # a classifier's label names (HF id2label), in id order
 
     def fresh_patterns(self) -> tuple[str, ...]:
         return FRESH.get(self.architecture, ()) if self.fresh is None else self.fresh
@@ -154,12 +155,14 @@ def read_hf(path: str, generator: str | None = None) -> Exchange:
     values = hf_directory_values(path)
     model_name = MODEL_OF_ARCHITECTURE[architecture]
     labels = hf_format.num_labels(config) if model_name.endswith("_classifier") else None
+    names = hf_format.label_names(config) if labels else None
     source = os.path.join(path, hf_format.CONFIG)
     if model_name.startswith("xlnet"):
         n_top = (int(config.get("start_n_top", 5)), int(config.get("end_n_top", 5)))
         return Exchange(architecture, hf_format.xlnet_config_dict(config, source), values, labels,
-                        _tokenizer_files(path), n_top=n_top)
-    return Exchange(architecture, hf_format.bert_config_dict(config, source), values, labels, _tokenizer_files(path))
+                        _tokenizer_files(path), n_top=n_top, labels=names)
+    return Exchange(architecture, hf_format.bert_config_dict(config, source), values, labels, _tokenizer_files(path),
+                    labels=names)
 
 
 def _read_electra(path: str, config: dict[str, Any], generator: str | None) -> Exchange:
@@ -247,20 +250,20 @@ def read_textrain(path: str, model_name: str | None, config_file: str | None, nu
         with open(recorded, encoding="utf-8") as f:
             spec = json.load(f)
         architecture, config, num_labels = spec["architecture"], spec["config"], spec.get("num_labels")
-        n_top = tuple(spec.get("n_top", (5, 5)))
+        n_top, labels = tuple(spec.get("n_top", (5, 5))), spec.get("labels")
     else:
         if not (model_name and config_file):
             raise UserError(f"--from_textrain={path} has no {MODEL_FILE}: say what it holds with --model and "
                             f"--config_file (and --num_labels for a classifier)")
         architecture, config = ARCHITECTURE_OF_MODEL[model_name], _read_json(config_file, model_name)
-        n_top = (5, 5)
+        n_top, labels = (5, 5), None
     model = build_model(MODEL_OF_ARCHITECTURE[architecture], config, num_labels, n_top)
     restore_textrain(checkpoint_checks.resolve_checkpoint(path, "--from_textrain"), model)
     values = {n: np.asarray(v.numpy()) for n, v in model_variable_map(model, FRESH.get(architecture, ())).items()}
     files = _tokenizer_files(directory)
     if vocab_file:
         files["vocab.txt"] = vocab_file
-    return Exchange(architecture, config, values, num_labels, files, n_top=n_top)
+    return Exchange(architecture, config, values, num_labels, files, n_top=n_top, labels=labels)
 
 
 def restore_textrain(path: str, model) -> None:
@@ -302,8 +305,13 @@ def hf_config_of(exchange: Exchange, architecture: str) -> dict[str, Any]:
         networks = {"ElectraForPreTraining": electra.discriminator_config, "ElectraForMaskedLM": electra.generator_config}
         config = networks[architecture]().to_dict()
     if exchange.model_name.startswith("xlnet"):
-        return hf_format.hf_xlnet_config(architecture, config, exchange.num_labels, exchange.n_top)
-    return hf_format.hf_bert_config(architecture, config, exchange.num_labels)
+        hf = hf_format.hf_xlnet_config(architecture, config, exchange.num_labels, exchange.n_top)
+    else:
+        hf = hf_format.hf_bert_config(architecture, config, exchange.num_labels)
+    if exchange.labels and "id2label" in hf:
+        hf["id2label"] = {str(i): name for i, name in enumerate(exchange.labels)}
+        hf["label2id"] = {name: i for i, name in enumerate(exchange.labels)}
+    return hf
 
 
 def write_hf(exchange: Exchange, out: str, architecture: str | None = None) -> None:
@@ -349,10 +357,28 @@ def write_textrain(exchange: Exchange, out: str, source: str) -> list[str]:
     tf.train.CheckpointManager(tf.train.Checkpoint(model=model), out, max_to_keep=1).save(checkpoint_number=0)
     _write_json(os.path.join(out, MODEL_FILE), {"model": exchange.model_name, "architecture": exchange.architecture,
                                                 "config": exchange.config, "num_labels": exchange.num_labels,
-                                                "n_top": list(exchange.n_top)})
+                                                "n_top": list(exchange.n_top), "labels": exchange.labels})
     _write_json(os.path.join(out, config_file_name(exchange)), exchange.config)
     _copy_tokenizer(exchange, out)
     return fresh_names(model, exchange.fresh_patterns())
+
+
+SERVABLE = ("bert_classifier", "bert_squad", "xlnet_classifier", "xlnet_squad")
+
+
+def write_saved_model(exchange: Exchange, out: str, source: str, max_seq_length: int) -> None:
+    """The export of today's fine-tuning (trainers/export.py): ids in, the head's outputs out; raw text in
+    (`serve_text`, `serve_text_pair`) for a BERT classifier with a WordPiece vocabulary."""
+    from textrain.trainers.export import export_classifier
+    model = load_into_model(exchange, source)
+    tokenizer = None
+    vocab = exchange.tokenizer_files.get("vocab.txt")
+    if exchange.model_name == "bert_classifier" and vocab:
+        from textrain.framework.graph_wordpiece import GraphWordpieceTokenizer
+        lower = hf_format.do_lower_case(os.path.dirname(vocab))
+        tokenizer = GraphWordpieceTokenizer(vocab, do_lower_case=True if lower is None else lower,
+                                            max_seq_length=max_seq_length)
+    export_classifier(model, out, max_seq_length=max_seq_length, labels=exchange.labels, tokenizer=tokenizer)
 
 
 def write_atomically(out: str, write) -> Any:
@@ -379,14 +405,15 @@ def convert(*, from_hf: str | None = None, from_tf1: str | None = None, from_tex
             to_hf: str | None = None, to_tf1: str | None = None, to_textrain: str | None = None,
             model: str | None = None, config_file: str | None = None, num_labels: int | None = None,
             vocab_file: str | None = None, hf_architecture: str | None = None, hf_generator: str | None = None,
-            to_hf_generator: str | None = None) -> list[str]:
+            to_hf_generator: str | None = None, to_saved_model: str | None = None,
+            max_seq_length: int = 128) -> list[str]:
     """One conversion; returns lines describing what was written."""
     sources = [s for s in (from_hf, from_tf1, from_textrain) if s]
-    targets = [t for t in (to_hf, to_tf1, to_textrain, to_hf_generator) if t]
+    targets = [t for t in (to_hf, to_tf1, to_textrain, to_hf_generator, to_saved_model) if t]
     if len(sources) != 1:
         raise UserError("give exactly one of --from_hf, --from_tf1, --from_textrain")
     if not targets:
-        raise UserError("give at least one of --to_hf, --to_tf1, --to_textrain, --to_hf_generator")
+        raise UserError("give at least one of --to_hf, --to_tf1, --to_textrain, --to_hf_generator, --to_saved_model")
     if hf_generator and not from_hf:
         raise UserError("--hf_generator goes with --from_hf (the discriminator)")
     if model and model not in ARCHITECTURE_OF_MODEL:
@@ -406,6 +433,12 @@ def convert(*, from_hf: str | None = None, from_tf1: str | None = None, from_tex
         [(to_hf_generator, "ElectraForMaskedLM")] if to_hf_generator else [])
     if to_hf_generator and exchange.model_name != "electra":
         raise UserError(f"--to_hf_generator is for ELECTRA; {source} holds {exchange.model_name}")
+    if to_saved_model and exchange.model_name not in SERVABLE:
+        raise UserError(f"--to_saved_model exports a fine-tuning model ({', '.join(SERVABLE)}); {source} holds "
+                        f"{exchange.model_name} ({exchange.architecture})")
+    longest = exchange.config.get("max_position_embeddings")
+    if to_saved_model and longest and max_seq_length > longest:
+        raise UserError(f"--max_seq_length={max_seq_length} exceeds the model's max_position_embeddings {longest}")
     for _, architecture in hf_targets:
         fresh = fresh_names_of(exchange, architecture)
         if fresh:
@@ -421,6 +454,9 @@ def convert(*, from_hf: str | None = None, from_tf1: str | None = None, from_tex
     for out, architecture in hf_targets:
         write_atomically(out, lambda d: write_hf(exchange, d, architecture))
         lines.append(f"wrote {out} ({architecture}, safetensors)")
+    if to_saved_model:
+        write_atomically(to_saved_model, lambda d: write_saved_model(exchange, d, source, max_seq_length))
+        lines.append(f"wrote {to_saved_model} (SavedModel of {exchange.model_name})")
     return lines
 
 
@@ -440,6 +476,9 @@ def define_flags() -> None:
     flags.DEFINE_string("hf_generator", None, "ELECTRA: the generator's HF directory (ElectraForMaskedLM) to "
                         "combine with the --from_hf discriminator into one pretraining checkpoint.")
     flags.DEFINE_string("to_hf_generator", None, "ELECTRA: also write the generator as an HF ElectraForMaskedLM.")
+    flags.DEFINE_string("to_saved_model", None, "Write a SavedModel of a fine-tuning model (ids in, the head's "
+                        "outputs out; raw text in for a BERT classifier with a vocab.txt).")
+    flags.DEFINE_integer("max_seq_length", 128, "--to_saved_model: the raw-text signatures' sequence length.")
 
 
 def main(argv: list[str]) -> None:
@@ -449,7 +488,8 @@ def main(argv: list[str]) -> None:
                         to_hf=FLAGS.to_hf, to_tf1=FLAGS.to_tf1, to_textrain=FLAGS.to_textrain, model=FLAGS.model,
                         config_file=FLAGS.config_file, num_labels=FLAGS.num_labels, vocab_file=FLAGS.vocab_file,
                         hf_architecture=FLAGS.hf_architecture, hf_generator=FLAGS.hf_generator,
-                        to_hf_generator=FLAGS.to_hf_generator):
+                        to_hf_generator=FLAGS.to_hf_generator, to_saved_model=FLAGS.to_saved_model,
+                        max_seq_length=FLAGS.max_seq_length):
         print(line, flush=True)
 
 
