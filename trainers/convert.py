@@ -242,9 +242,10 @@ def _read_json(path: str, model_name: str) -> dict[str, Any]:
 
 
 def read_textrain(path: str, model_name: str | None, config_file: str | None, num_labels: int | None,
-                  vocab_file: str | None) -> Exchange:
+                  vocab_file: str | None, model_size: str | None = None) -> Exchange:
     from textrain.trainers import checkpoint_checks
     directory = path if os.path.isdir(path) else os.path.dirname(path)
+    prefix = checkpoint_checks.resolve_checkpoint(path, "--from_textrain")
     recorded = os.path.join(directory, MODEL_FILE)
     if os.path.exists(recorded):
         with open(recorded, encoding="utf-8") as f:
@@ -252,18 +253,35 @@ def read_textrain(path: str, model_name: str | None, config_file: str | None, nu
         architecture, config, num_labels = spec["architecture"], spec["config"], spec.get("num_labels")
         n_top, labels = tuple(spec.get("n_top", (5, 5))), spec.get("labels")
     else:
-        if not (model_name and config_file):
+        if not (model_name and (config_file or model_size)):
             raise UserError(f"--from_textrain={path} has no {MODEL_FILE}: say what it holds with --model and "
-                            f"--config_file (and --num_labels for a classifier)")
-        architecture, config = ARCHITECTURE_OF_MODEL[model_name], _read_json(config_file, model_name)
+                            f"--config_file or --model_size (and --num_labels for a classifier)")
+        architecture = ARCHITECTURE_OF_MODEL[model_name]
+        config = _read_json(config_file, model_name) if config_file else _preset(model_name, model_size, prefix)
         n_top, labels = (5, 5), None
     model = build_model(MODEL_OF_ARCHITECTURE[architecture], config, num_labels, n_top)
-    restore_textrain(checkpoint_checks.resolve_checkpoint(path, "--from_textrain"), model)
+    restore_textrain(prefix, model)
     values = {n: np.asarray(v.numpy()) for n, v in model_variable_map(model, FRESH.get(architecture, ())).items()}
     files = _tokenizer_files(directory)
     if vocab_file:
         files["vocab.txt"] = vocab_file
     return Exchange(architecture, config, values, num_labels, files, n_top=n_top, labels=labels)
+
+
+def _preset(model_name: str, size: str, prefix: str) -> dict[str, Any]:
+    """A size preset's config with the vocabulary size of the checkpoint's word embedding (as the trainers
+    build it from --model_size and the data's vocabulary)."""
+    from textrain.models import bert, electra
+    from textrain.trainers import checkpoint_checks
+    rows = [shape[0] for name, (_, shape) in checkpoint_checks.checkpoint_model_variables(prefix).items()
+            if name.endswith("word_embeddings")]
+    if not rows:
+        raise UserError(f"--from_textrain={prefix}: no word embedding found; give --config_file")
+    if model_name == "electra":
+        return electra.ElectraConfig.preset(size, vocab_size=int(rows[0])).to_dict()
+    if model_name.startswith("bert"):
+        return bert.BertConfig.preset(size, vocab_size=int(rows[0])).to_dict()
+    raise UserError(f"--model_size is for BERT and ELECTRA; give --config_file for {model_name}")
 
 
 def restore_textrain(path: str, model) -> None:
@@ -406,7 +424,7 @@ def convert(*, from_hf: str | None = None, from_tf1: str | None = None, from_tex
             model: str | None = None, config_file: str | None = None, num_labels: int | None = None,
             vocab_file: str | None = None, hf_architecture: str | None = None, hf_generator: str | None = None,
             to_hf_generator: str | None = None, to_saved_model: str | None = None,
-            max_seq_length: int = 128) -> list[str]:
+            max_seq_length: int = 128, model_size: str | None = None) -> list[str]:
     """One conversion; returns lines describing what was written."""
     sources = [s for s in (from_hf, from_tf1, from_textrain) if s]
     targets = [t for t in (to_hf, to_tf1, to_textrain, to_hf_generator, to_saved_model) if t]
@@ -425,7 +443,7 @@ def convert(*, from_hf: str | None = None, from_tf1: str | None = None, from_tex
     elif from_tf1:
         exchange = read_tf1(from_tf1, config_file, vocab_file, model)
     else:
-        exchange = read_textrain(from_textrain, model, config_file, num_labels, vocab_file)
+        exchange = read_textrain(from_textrain, model, config_file, num_labels, vocab_file, model_size)
     source = sources[0]
     # Check everything the targets need before writing any of them.
     load_into_model(exchange, source)
@@ -471,6 +489,8 @@ def define_flags() -> None:
                       "The textrain model a --from_textrain run or --from_tf1 checkpoint holds.")
     flags.DEFINE_string("config_file", None, "bert_config.json of a --from_tf1 or --from_textrain checkpoint.")
     flags.DEFINE_integer("num_labels", None, "Labels of a --from_textrain bert_classifier run.")
+    flags.DEFINE_string("model_size", None, "Instead of --config_file: the size preset a --from_textrain run was "
+                        "trained with (tiny, mini, small, base, ...; the vocabulary size is the checkpoint's).")
     flags.DEFINE_string("vocab_file", None, "vocab.txt to write beside the converted model.")
     flags.DEFINE_string("hf_architecture", None, "The HF architecture --to_hf writes (default: the model's own).")
     flags.DEFINE_string("hf_generator", None, "ELECTRA: the generator's HF directory (ElectraForMaskedLM) to "
@@ -489,7 +509,7 @@ def main(argv: list[str]) -> None:
                         config_file=FLAGS.config_file, num_labels=FLAGS.num_labels, vocab_file=FLAGS.vocab_file,
                         hf_architecture=FLAGS.hf_architecture, hf_generator=FLAGS.hf_generator,
                         to_hf_generator=FLAGS.to_hf_generator, to_saved_model=FLAGS.to_saved_model,
-                        max_seq_length=FLAGS.max_seq_length):
+                        max_seq_length=FLAGS.max_seq_length, model_size=FLAGS.model_size):
         print(line, flush=True)
 
 
