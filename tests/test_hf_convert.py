@@ -422,3 +422,27 @@ def test_to_saved_model_serves_ids_and_text(tmp_path):
 def test_to_saved_model_refuses_a_pretraining_model(tmp_path):
     message = _one_line_error(tmp_path, from_hf=fixture("BertForPreTraining"), to_saved_model=str(tmp_path / "e"))
     assert "--to_saved_model exports a fine-tuning model" in message
+
+
+def test_from_textrain_run_with_size_labels_and_vocab(tmp_path):
+    """A training run's model_dir (no textrain_model.json): --model, --model_size, --labels_file, --vocab_file."""
+    from textrain.models.bert import BertClassifier, BertConfig
+    model = BertClassifier(BertConfig.preset("tiny", vocab_size=99), num_labels=2)
+    tf.train.CheckpointManager(tf.train.Checkpoint(model=model), str(tmp_path / "run"), 1).save(checkpoint_number=7)
+    (tmp_path / "labels.json").write_text(json.dumps({"labels": ["narration", "speech"]}))
+    vocab = os.path.join(fixture("BertModel"), "vocab.txt")
+    convert.convert(from_textrain=str(tmp_path / "run"), model="bert_classifier", model_size="tiny",
+                    labels_file=str(tmp_path / "labels.json"), vocab_file=vocab, do_lower_case=False,
+                    to_hf=str(tmp_path / "hf"))
+    config = hf_format.read_config(str(tmp_path / "hf"))
+    assert config["id2label"] == {"0": "narration", "1": "speech"} and config["hidden_size"] == 128
+    assert hf_format.do_lower_case(str(tmp_path / "hf")) is False
+    got = load_file(str(tmp_path / "hf" / "model.safetensors"))
+    np.testing.assert_array_equal(got["classifier.weight"], model.classifier.output_weights.numpy())
+    np.testing.assert_array_equal(got["bert.encoder.layer.1.output.dense.weight"],
+                                  model.bert.encoder.blocks[1].output_dense.kernel.numpy().T)
+    with open(tmp_path / "short_vocab.txt", "w") as f:
+        f.write("[PAD]\n")
+    message = _one_line_error(tmp_path, from_textrain=str(tmp_path / "run"), model="bert_classifier",
+                              model_size="tiny", num_labels=2, vocab_file=str(tmp_path / "short_vocab.txt"))
+    assert "1 entries but the word embedding has 99 rows" in message

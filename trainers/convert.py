@@ -74,6 +74,7 @@ class Exchange:
     fresh: tuple[str, ...] | None = None  # patterns of the model's TF1 names the source lacks (None: FRESH's)
     n_top: tuple[int, int] = (5, 5)  # XLNet's span head: start_n_top, end_n_top
     labels: list[str] | None = None  # a classifier's label names (HF id2label), in id order
+    do_lower_case: bool = True  # a vocab.txt without a tokenizer_config.json: the WordPiece casing to record
 
     def fresh_patterns(self) -> tuple[str, ...]:
         return FRESH.get(self.architecture, ()) if self.fresh is None else self.fresh
@@ -268,6 +269,35 @@ def read_textrain(path: str, model_name: str | None, config_file: str | None, nu
     return Exchange(architecture, config, values, num_labels, files, n_top=n_top, labels=labels)
 
 
+def check_vocabulary(exchange: Exchange) -> None:
+    """Refuse a vocab.txt whose size is not the word embedding's row count."""
+    vocab = exchange.tokenizer_files.get("vocab.txt")
+    rows = [v.shape[0] for n, v in exchange.values.items() if n.endswith(("/word_embeddings", "/lookup_table"))]
+    if not vocab or not rows:
+        return
+    with open(vocab, encoding="utf-8") as f:
+        size = sum(1 for _ in f)
+    if size != rows[0]:
+        raise UserError(f"{vocab} has {size} entries but the word embedding has {rows[0]} rows (vocabulary of "
+                        f"another model?)")
+
+
+def read_labels(path: str) -> list[str]:
+    """Label names in id order: a problem's labels.json ({"labels": [...]}) or one name a line."""
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    if path.endswith(".json"):
+        try:
+            names = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise UserError(f"{path}:{e.lineno}: not valid JSON: {e.msg}") from None
+        names = names.get("labels") if isinstance(names, dict) else names
+        if not isinstance(names, list) or not names:
+            raise UserError(f"{path}: expected a list of labels or {{\"labels\": [...]}}")
+        return [str(n) for n in names]
+    return [line.strip() for line in text.splitlines() if line.strip()]
+
+
 def _preset(model_name: str, size: str, prefix: str) -> dict[str, Any]:
     """A size preset's config with the vocabulary size of the checkpoint's word embedding (as the trainers
     build it from --model_size and the data's vocabulary)."""
@@ -304,8 +334,12 @@ def restore_textrain(path: str, model) -> None:
 
 # ------------------------------------------------------------------------------------ writers
 def _copy_tokenizer(exchange: Exchange, out: str) -> None:
+    """The tokenizer files; a bare vocab.txt gets the tokenizer_config.json that tells transformers its casing."""
     for name, source in exchange.tokenizer_files.items():
         shutil.copyfile(source, os.path.join(out, name))
+    if "vocab.txt" in exchange.tokenizer_files and "tokenizer_config.json" not in exchange.tokenizer_files:
+        _write_json(os.path.join(out, "tokenizer_config.json"),
+                    {"do_lower_case": exchange.do_lower_case, "tokenizer_class": "BertTokenizer"})
 
 
 def _write_json(path: str, value: Any) -> None:
@@ -394,7 +428,7 @@ def write_saved_model(exchange: Exchange, out: str, source: str, max_seq_length:
     if exchange.model_name == "bert_classifier" and vocab:
         from textrain.framework.graph_wordpiece import GraphWordpieceTokenizer
         lower = hf_format.do_lower_case(os.path.dirname(vocab))
-        tokenizer = GraphWordpieceTokenizer(vocab, do_lower_case=True if lower is None else lower,
+        tokenizer = GraphWordpieceTokenizer(vocab, do_lower_case=exchange.do_lower_case if lower is None else lower,
                                             max_seq_length=max_seq_length)
     export_classifier(model, out, max_seq_length=max_seq_length, labels=exchange.labels, tokenizer=tokenizer)
 
@@ -424,7 +458,8 @@ def convert(*, from_hf: str | None = None, from_tf1: str | None = None, from_tex
             model: str | None = None, config_file: str | None = None, num_labels: int | None = None,
             vocab_file: str | None = None, hf_architecture: str | None = None, hf_generator: str | None = None,
             to_hf_generator: str | None = None, to_saved_model: str | None = None,
-            max_seq_length: int = 128, model_size: str | None = None) -> list[str]:
+            max_seq_length: int = 128, model_size: str | None = None, labels_file: str | None = None,
+            do_lower_case: bool = True) -> list[str]:
     """One conversion; returns lines describing what was written."""
     sources = [s for s in (from_hf, from_tf1, from_textrain) if s]
     targets = [t for t in (to_hf, to_tf1, to_textrain, to_hf_generator, to_saved_model) if t]
@@ -443,8 +478,19 @@ def convert(*, from_hf: str | None = None, from_tf1: str | None = None, from_tex
     elif from_tf1:
         exchange = read_tf1(from_tf1, config_file, vocab_file, model)
     else:
-        exchange = read_textrain(from_textrain, model, config_file, num_labels, vocab_file, model_size)
+        names = read_labels(labels_file) if labels_file else None
+        if names and num_labels and num_labels != len(names):
+            raise UserError(f"--labels_file={labels_file} names {len(names)} labels, --num_labels says {num_labels}")
+        exchange = read_textrain(from_textrain, model, config_file, num_labels or (len(names) if names else None),
+                                 vocab_file, model_size)
+        if names:
+            if exchange.num_labels != len(names):
+                raise UserError(f"--labels_file={labels_file} names {len(names)} labels; the model has "
+                                f"{exchange.num_labels}")
+            exchange.labels = names
     source = sources[0]
+    exchange.do_lower_case = do_lower_case
+    check_vocabulary(exchange)
     # Check everything the targets need before writing any of them.
     load_into_model(exchange, source)
     hf_targets = ([(to_hf, hf_architecture or exchange.architecture)] if to_hf else []) + (
@@ -489,6 +535,10 @@ def define_flags() -> None:
                       "The textrain model a --from_textrain run or --from_tf1 checkpoint holds.")
     flags.DEFINE_string("config_file", None, "bert_config.json of a --from_tf1 or --from_textrain checkpoint.")
     flags.DEFINE_integer("num_labels", None, "Labels of a --from_textrain bert_classifier run.")
+    flags.DEFINE_string("labels_file", None, "A --from_textrain classifier's label names in id order: the problem's "
+                        "labels.json (in its data_dir) or one name a line; they become config.json's id2label.")
+    flags.DEFINE_bool("do_lower_case", True, "With --vocab_file: the WordPiece casing the model was trained with "
+                      "(written to tokenizer_config.json).")
     flags.DEFINE_string("model_size", None, "Instead of --config_file: the size preset a --from_textrain run was "
                         "trained with (tiny, mini, small, base, ...; the vocabulary size is the checkpoint's).")
     flags.DEFINE_string("vocab_file", None, "vocab.txt to write beside the converted model.")
@@ -509,7 +559,8 @@ def main(argv: list[str]) -> None:
                         config_file=FLAGS.config_file, num_labels=FLAGS.num_labels, vocab_file=FLAGS.vocab_file,
                         hf_architecture=FLAGS.hf_architecture, hf_generator=FLAGS.hf_generator,
                         to_hf_generator=FLAGS.to_hf_generator, to_saved_model=FLAGS.to_saved_model,
-                        max_seq_length=FLAGS.max_seq_length, model_size=FLAGS.model_size):
+                        max_seq_length=FLAGS.max_seq_length, model_size=FLAGS.model_size,
+                        labels_file=FLAGS.labels_file, do_lower_case=FLAGS.do_lower_case):
         print(line, flush=True)
 
 
