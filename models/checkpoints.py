@@ -82,12 +82,10 @@ def assign_tf1_values(source: str, values: dict, variable_map: dict[str, tf.Vari
         f"{n}: checkpoint {tuple(shapes[n])} vs model {tuple(v.shape)}"
         for n, v in variable_map.items() if n in shapes and tuple(shapes[n]) != tuple(v.shape))
     if missing or unexpected or mis_shaped:
-        parts = [f"checkpoint {source} does not match the model:"]
-        for title, names in (("missing from checkpoint", missing), ("not used by the model", unexpected),
-                             ("shape mismatch", mis_shaped)):
-            if names:
-                parts.append(f"  {title} ({len(names)}): " + ", ".join(names))
-        raise CheckpointMismatchError("\n".join(parts))
+        parts = [f"{title} ({len(names)}): " + ", ".join(names)
+                 for title, names in (("missing from checkpoint", missing), ("not used by the model", unexpected),
+                                      ("shape mismatch", mis_shaped)) if names]
+        raise CheckpointMismatchError(f"checkpoint {source} does not match the model: " + "; ".join(parts))
     for name, var in variable_map.items():
         var = backing_variable(var)
         var.assign(np.asarray(values[name]).astype(var.dtype.as_numpy_dtype))

@@ -482,6 +482,19 @@ def vocab_size_of(path: str) -> int | None:
     return None
 
 
+def wordpiece_vocab_from_tokenizer_json(file: str) -> list[str] | None:
+    """The tokens of a `tokenizer.json` WordPiece model in id order (what vocab.txt lists), else None."""
+    with open(file, encoding="utf-8") as f:
+        model = json.load(f).get("model") or {}
+    vocab = model.get("vocab")
+    if model.get("type") != "WordPiece" or not isinstance(vocab, dict):
+        return None
+    tokens = sorted(vocab, key=vocab.get)
+    if [vocab[t] for t in tokens] != list(range(len(tokens))):
+        raise HFFormatError(f"{file}: the WordPiece ids are not 0..{len(tokens) - 1}")
+    return tokens
+
+
 def check_vocabulary(path: str, embedding_rows: int) -> None:
     """Refuse a vocabulary file whose size disagrees with the word embedding."""
     size = vocab_size_of(path)

@@ -28,8 +28,8 @@ from typing import Any, Sequence
 
 import tensorflow as tf
 
-from textrain.models.base import StepOutput, Term, TrainableModel
 from textrain.models import hf_format
+from textrain.models.base import StepOutput, Term, TrainableModel
 from textrain.models.checkpoints import load_tf1_checkpoint
 
 TASK_TYPES = ("classification", "regression", "multilabel")

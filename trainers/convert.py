@@ -1,31 +1,35 @@
 """textrain-convert: checkpoint exchange between Hugging Face, the originals' TF1 layout and textrain.
 
-    textrain-convert --from_hf=bert-base-chinese/ --to_textrain=init/
-    textrain-convert --from_textrain=run/ --model=bert_classifier --config_file=run/bert_config.json \
-        --num_labels=2 --vocab_file=vocab.txt --to_hf=hf_out/
+    textrain-convert --from_hf=bert-base-chinese/ --to_textrain=init/bert      # --init_checkpoint=init/bert
+    textrain-convert --from_textrain=runs/mrpc --model=bert_classifier --model_size=base \
+        --labels_file=data/glue_mrpc/labels.json --vocab_file=vocab.txt --to_hf=mrpc_hf/ --to_saved_model=mrpc_sm/
     textrain-convert --from_tf1=uncased_L-2_H-128_A-2/bert_model.ckpt \
-        --config_file=uncased_L-2_H-128_A-2/bert_config.json --to_hf=hf_out/
+        --config_file=uncased_L-2_H-128_A-2/bert_config.json --vocab_file=uncased_L-2_H-128_A-2/vocab.txt --to_hf=hf/
+    textrain-convert --from_hf=electra-small-discriminator/ --hf_generator=electra-small-generator/ --to_textrain=e/
 
 Decisions:
 - Every direction passes through one in-memory form, `Exchange`: the tensors under the originals' TF1
   names (models/hf_format.py maps HF names to them; each model's `tf1_variable_map` maps them to
-  variables), the BERT config, the HF architecture and the tokenizer files. Reading and writing are one
-  function per format.
+  variables), the family's config, the HF architecture, labels and tokenizer files. Reading and writing
+  are one function per format; every target is checked (the model loads every tensor, the HF table finds
+  every name) before the first is written.
 - A textrain checkpoint is `tf.train.Checkpoint(model=...)` (what the trainers and
   `finetune.init_checkpoint` read) with `textrain_model.json` (model name, config, labels, architecture)
-  and the config and tokenizer files beside it, so `--from_textrain` of a converted directory needs no
-  flags. A training run's model_dir has no such file: `--model`, `--config_file` (and `--num_labels`) say
-  what it holds.
-- An architecture without a textrain head (`BertModel`: no MLM/NSP; `BertForMaskedLM`: no pooler and
-  no NSP) goes into the BERT pretrainer with those heads freshly initialised, and the command says so;
-  everything else must match exactly or nothing is written.
+  and the originals' config file and tokenizer files beside it, so `--from_textrain` of a converted
+  directory needs no flags. A training run's model_dir has no such file: `--model` and `--config_file` or
+  `--model_size` (and `--num_labels` / `--labels_file`) say what it holds.
+- An architecture without all of a textrain model's parts (`BertModel`: no MLM/NSP; `BertForMaskedLM`: no
+  pooler, no NSP; `XLNetModel`: no LM bias; an ELECTRA discriminator without `--hf_generator`) goes in
+  with those parts freshly initialised, and the command lists them; everything else must match exactly
+  or nothing is written. HF heads unlike the original's (ELECTRA's classifier and QA) are refused.
+- ELECTRA's discriminator and generator are two HF directories and one textrain / TF1 checkpoint (they
+  share the embeddings, which must be equal); `--to_hf_generator` writes the generator back.
 - Output goes to a temporary directory beside the target, renamed into place when complete.
 """
 from __future__ import annotations
 
 import dataclasses
 import json
-import logging
 import os
 import re
 import shutil
@@ -41,8 +45,6 @@ FLAGS = flags.FLAGS
 PROG = "textrain-convert"
 MODEL_FILE = "textrain_model.json"
 BERT_CONFIG = "bert_config.json"
-
-log = logging.getLogger("textrain.convert")
 
 # textrain model name <-> the HF architecture that holds it all.
 MODEL_OF_ARCHITECTURE = {
@@ -64,10 +66,10 @@ FRESH = {"BertModel": (r"^cls/",), "BertForMaskedLM": (r"^cls/seq_relationship/"
 
 @dataclasses.dataclass
 class Exchange:
-    """A model between formats: TF1-named tensors, its BERT config and HF architecture, tokenizer files."""
+    """A model between formats: TF1-named tensors, its config and HF architecture, labels, tokenizer files."""
 
     architecture: str
-    config: dict[str, Any]  # BertConfig.to_dict() fields
+    config: dict[str, Any]  # BertConfig / ElectraConfig .to_dict(), or XLNet's xlnet_config.json keys
     values: dict[str, np.ndarray]
     num_labels: int | None = None
     tokenizer_files: dict[str, str] = dataclasses.field(default_factory=dict)  # name -> source path
@@ -216,6 +218,7 @@ def _architecture_of_names(names: set[str]) -> str:
 
 def read_tf1(path: str, config_file: str | None, vocab_file: str | None, model_name: str | None) -> Exchange:
     import tensorflow as tf
+
     from textrain.models.checkpoints import DEFAULT_IGNORE
     if not config_file:
         raise UserError("--from_tf1 needs --config_file (the release's bert_config.json)")
@@ -319,6 +322,7 @@ def restore_textrain(path: str, model) -> None:
     init_checkpoint (which also proves nothing is missing, extra or mis-shaped); where two variables share a
     path (XLNet's LayerNorms are all `LayerNorm/gamma`), by the object graph instead, which tells them apart."""
     import tensorflow as tf
+
     from textrain.trainers import checkpoint_checks
     paths = [getattr(v, "path", v.name) for v in model.variables]
     if len(set(paths)) == len(paths):
@@ -334,9 +338,15 @@ def restore_textrain(path: str, model) -> None:
 
 # ------------------------------------------------------------------------------------ writers
 def _copy_tokenizer(exchange: Exchange, out: str) -> None:
-    """The tokenizer files; a bare vocab.txt gets the tokenizer_config.json that tells transformers its casing."""
+    """The tokenizer files. A tokenizer.json alone also gives the vocab.txt textrain's WordPiece reads; a bare
+    vocab.txt gets the tokenizer_config.json that tells transformers its casing."""
     for name, source in exchange.tokenizer_files.items():
         shutil.copyfile(source, os.path.join(out, name))
+    if "tokenizer.json" in exchange.tokenizer_files and "vocab.txt" not in exchange.tokenizer_files:
+        tokens = hf_format.wordpiece_vocab_from_tokenizer_json(exchange.tokenizer_files["tokenizer.json"])
+        if tokens:
+            with open(os.path.join(out, "vocab.txt"), "w", encoding="utf-8") as f:
+                f.write("".join(t + "\n" for t in tokens))
     if "vocab.txt" in exchange.tokenizer_files and "tokenizer_config.json" not in exchange.tokenizer_files:
         _write_json(os.path.join(out, "tokenizer_config.json"),
                     {"do_lower_case": exchange.do_lower_case, "tokenizer_class": "BertTokenizer"})
@@ -516,7 +526,7 @@ def convert(*, from_hf: str | None = None, from_tf1: str | None = None, from_tex
         write_atomically(to_tf1, lambda d: write_tf1(exchange, d))
         lines.append(f"wrote {to_tf1}/model.ckpt (the originals' variable names)")
     for out, architecture in hf_targets:
-        write_atomically(out, lambda d: write_hf(exchange, d, architecture))
+        write_atomically(out, lambda d, a=architecture: write_hf(exchange, d, a))
         lines.append(f"wrote {out} ({architecture}, safetensors)")
     if to_saved_model:
         write_atomically(to_saved_model, lambda d: write_saved_model(exchange, d, source, max_seq_length))
