@@ -485,12 +485,12 @@ def test_finetune_init_checkpoint_is_an_hf_directory(tmp_path):
 
 def test_tokenizer_json_alone_gives_vocab_txt(tmp_path):
     path = _copy_fixture("BertModel", tmp_path / "m")
-    words = open(os.path.join(path, "vocab.txt"), encoding="utf-8").read().split("\n")[:-1]
+    words = (tmp_path / "m" / "vocab.txt").read_text(encoding="utf-8").split("\n")[:-1]
     os.remove(os.path.join(path, "vocab.txt"))
     with open(os.path.join(path, "tokenizer.json"), "w") as f:
         json.dump({"model": {"type": "WordPiece", "vocab": {w: i for i, w in enumerate(words)}}}, f)
     convert.convert(from_hf=path, to_textrain=str(tmp_path / "tr"))
-    assert open(tmp_path / "tr" / "vocab.txt", encoding="utf-8").read().split("\n")[:-1] == words
+    assert (tmp_path / "tr" / "vocab.txt").read_text(encoding="utf-8").split("\n")[:-1] == words
     with open(os.path.join(path, "tokenizer.json"), "w") as f:
         json.dump({"model": {"type": "WordPiece", "vocab": {w: i for i, w in enumerate(words + ["x"])}}}, f)
     assert "100 entries but the word embedding has 99 rows" in _one_line_error(tmp_path, from_hf=path)
