@@ -494,3 +494,17 @@ def test_tokenizer_json_alone_gives_vocab_txt(tmp_path):
     with open(os.path.join(path, "tokenizer.json"), "w") as f:
         json.dump({"model": {"type": "WordPiece", "vocab": {w: i for i, w in enumerate(words + ["x"])}}}, f)
     assert "100 entries but the word embedding has 99 rows" in _one_line_error(tmp_path, from_hf=path)
+
+
+def test_cli_prints_one_line_and_writes_nothing(tmp_path):
+    import subprocess
+    import sys
+    path = _copy_fixture("BertModel", tmp_path / "m")
+    _edit(path, lambda t: t.update({"pooler.dense.bias": np.zeros(17, np.float32)}))
+    proc = subprocess.run([sys.executable, "-m", "textrain.trainers.convert", f"--from_hf={path}",
+                           f"--to_hf={tmp_path / 'out'}"], env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 1
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("textrain-convert: error: checkpoint") and "shape mismatch (1): bert/pooler/dense/bias" in last
+    assert not (tmp_path / "out").exists()
