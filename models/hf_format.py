@@ -131,9 +131,9 @@ def weight_files(path: str) -> list[str]:
         if os.path.exists(os.path.join(path, name)):
             raise HFFormatError(
                 f"{os.path.join(path, name)} is a pickled PyTorch file, which textrain does not unpickle (it can "
-                f"run code); convert it to safetensors first, where torch and transformers are installed: python3 -c "
-                f"\"import transformers as t; t.AutoModel.from_pretrained('{path}').save_pretrained('{path}', "
-                f"safe_serialization=True)\" (or use AutoModelFor<Head> for a model with a head)")
+                f"run code); write model.safetensors beside it where torch and transformers are installed: python3 -c "
+                f"\"import json, transformers as t; d='{path}'; a=json.load(open(d + '/config.json'))['architectures'][0]; "
+                f"getattr(t, a).from_pretrained(d).save_pretrained(d)\"")
     raise HFFormatError(f"{path}: no {WEIGHTS} or {WEIGHTS_INDEX}")
 
 
