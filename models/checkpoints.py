@@ -65,7 +65,7 @@ class _Lazy:
 def hf_directory_values(path: str) -> dict[str, np.ndarray]:
     """An HF directory's tensors under the originals' TF1 names, its vocabulary checked against them."""
     values = hf_format.tf1_values(hf_format.read_hf_directory(path))
-    embedding = next((v for n, v in values.items() if n.endswith("embeddings/word_embeddings")), None)
+    embedding = next((v for n, v in values.items() if n.endswith(("embeddings/word_embeddings", "word_embedding/lookup_table"))), None)
     if embedding is not None:
         hf_format.check_vocabulary(path, int(embedding.shape[0]))
     return values

@@ -469,7 +469,11 @@ def do_lower_case(path: str) -> bool | None:
 
 
 def vocab_size_of(path: str) -> int | None:
-    """Entries of the directory's WordPiece vocabulary (vocab.txt, else tokenizer.json), None if none."""
+    """Entries of the directory's vocabulary (vocab.txt, spiece.model, else tokenizer.json), None if none."""
+    spiece = os.path.join(path, "spiece.model")
+    if os.path.exists(spiece):
+        import sentencepiece
+        return int(sentencepiece.SentencePieceProcessor(model_file=spiece).get_piece_size())
     txt = os.path.join(path, "vocab.txt")
     if os.path.exists(txt):
         with open(txt, encoding="utf-8") as f:

@@ -508,3 +508,20 @@ def test_cli_prints_one_line_and_writes_nothing(tmp_path):
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("textrain-convert: error: checkpoint") and "shape mismatch (1): bert/pooler/dense/bias" in last
     assert not (tmp_path / "out").exists()
+
+
+def test_sentencepiece_vocabulary_checked_and_kept(tmp_path):
+    import sentencepiece
+    arch = "XLNetLMHeadModel"
+    path = _copy_fixture(arch, tmp_path / "m")
+    sentencepiece.SentencePieceTrainer.train(input=os.path.join(HERE, "data", "austen_emma.txt"),
+                                             model_prefix=str(tmp_path / "sp"), vocab_size=99, num_threads=1,
+                                             hard_vocab_limit=False)
+    shutil.copy(tmp_path / "sp.model", os.path.join(path, "spiece.model"))
+    convert.convert(from_hf=path, to_textrain=str(tmp_path / "tr"))
+    convert.convert(from_textrain=str(tmp_path / "tr"), to_hf=str(tmp_path / "hf"))
+    assert (tmp_path / "hf" / "spiece.model").read_bytes() == (tmp_path / "sp.model").read_bytes()
+    sentencepiece.SentencePieceTrainer.train(input=os.path.join(HERE, "data", "austen_emma.txt"),
+                                             model_prefix=str(tmp_path / "sp80"), vocab_size=80, num_threads=1)
+    shutil.copy(tmp_path / "sp80.model", os.path.join(path, "spiece.model"))
+    assert "80 entries but the word embedding has 99 rows" in _one_line_error(tmp_path, from_hf=path)
