@@ -37,6 +37,9 @@ setup(
         # CRC32C in C (Google's, the checksum TFRecords use): datagen frames local TFRecords itself and so runs
         # without importing TensorFlow (~2.4 CPU-s and ~540 MiB per process; framework/fileio.py).
         "google-crc32c>=1.5",
+        # Hugging Face checkpoints (textrain-convert, and every --init_checkpoint may be an HF directory):
+        # read and written through its numpy API, so no torch is needed.
+        "safetensors>=0.4",
     ],
     extras_require={
         # datasets: tests/test_corpus_formats.py writes a real save_to_disk directory with it.
@@ -60,6 +63,7 @@ setup(
             "textrain-finetune=textrain.trainers.finetune:run",
             "textrain-decode=textrain.trainers.decode:run",
             "textrain-avg-checkpoints=textrain.trainers.avg_checkpoints:run",
+            "textrain-convert=textrain.trainers.convert:run",
         ],
     },
 )

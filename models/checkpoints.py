@@ -14,6 +14,7 @@ import numpy as np
 import tensorflow as tf
 
 from textrain.framework.errors import UserError
+from textrain.models import hf_format
 
 # Optimizer slots and bookkeeping that released checkpoints carry but a model never owns.
 DEFAULT_IGNORE = (r"global_step$", r"/adam_[mv]$", r"/Adam(_1)?$", r"_power$", r"^good_steps$",
@@ -39,11 +40,41 @@ def load_tf1_checkpoint(path: str, variable_map: dict[str, tf.Variable],
                         allow_unexpected: Iterable[str] = ()) -> list[str]:
     """Assign `variable_map`'s variables from the checkpoint at `path`; returns the names loaded.
 
-    `allow_unexpected`: regexes of checkpoint names that may stay unused (e.g. a pretraining head
-    when fine-tuning). Everything else must match exactly, or nothing is assigned.
+    `path` is a TF1 checkpoint prefix or a Hugging Face directory (read under the same TF1 names,
+    models/hf_format.py). `allow_unexpected`: regexes of checkpoint names that may stay unused (e.g. a
+    pretraining head when fine-tuning). Everything else must match exactly, or nothing is assigned.
     """
+    if hf_format.is_hf_directory(path):
+        return assign_tf1_values(path, hf_directory_values(path), variable_map, ignore, allow_unexpected)
     reader = tf.train.load_checkpoint(path)
-    shapes = reader.get_variable_to_shape_map()
+    values = {name: _Lazy(reader, name, shape) for name, shape in reader.get_variable_to_shape_map().items()}
+    return assign_tf1_values(path, values, variable_map, ignore, allow_unexpected)
+
+
+class _Lazy:
+    """A checkpoint tensor read only when assigned (its shape is known up front)."""
+
+    def __init__(self, reader, name: str, shape):
+        self.reader, self.name, self.shape = reader, name, tuple(shape)
+
+    def __array__(self, dtype=None, copy=None):
+        value = np.asarray(self.reader.get_tensor(self.name))
+        return value if dtype is None else value.astype(dtype)
+
+
+def hf_directory_values(path: str) -> dict[str, np.ndarray]:
+    """An HF directory's tensors under the originals' TF1 names, its vocabulary checked against them."""
+    values = hf_format.tf1_values(hf_format.read_hf_directory(path))
+    embedding = next((v for n, v in values.items() if n.endswith(("embeddings/word_embeddings", "word_embedding/lookup_table"))), None)
+    if embedding is not None:
+        hf_format.check_vocabulary(path, int(embedding.shape[0]))
+    return values
+
+
+def assign_tf1_values(source: str, values: dict, variable_map: dict[str, tf.Variable],
+                      ignore: Iterable[str] = DEFAULT_IGNORE, allow_unexpected: Iterable[str] = ()) -> list[str]:
+    """Check `values` (TF1 name -> array-like with `.shape`) against `variable_map`, then assign all."""
+    shapes = {n: tuple(v.shape) for n, v in values.items()}
     skip = [re.compile(p) for p in list(ignore) + list(allow_unexpected)]
     missing = sorted(n for n in variable_map if n not in shapes)
     unexpected = sorted(n for n in shapes if n not in variable_map and not any(p.search(n) for p in skip))
@@ -51,15 +82,13 @@ def load_tf1_checkpoint(path: str, variable_map: dict[str, tf.Variable],
         f"{n}: checkpoint {tuple(shapes[n])} vs model {tuple(v.shape)}"
         for n, v in variable_map.items() if n in shapes and tuple(shapes[n]) != tuple(v.shape))
     if missing or unexpected or mis_shaped:
-        parts = [f"checkpoint {path} does not match the model:"]
-        for title, names in (("missing from checkpoint", missing), ("not used by the model", unexpected),
-                             ("shape mismatch", mis_shaped)):
-            if names:
-                parts.append(f"  {title} ({len(names)}): " + ", ".join(names))
-        raise CheckpointMismatchError("\n".join(parts))
+        parts = [f"{title} ({len(names)}): " + ", ".join(names)
+                 for title, names in (("missing from checkpoint", missing), ("not used by the model", unexpected),
+                                      ("shape mismatch", mis_shaped)) if names]
+        raise CheckpointMismatchError(f"checkpoint {source} does not match the model: " + "; ".join(parts))
     for name, var in variable_map.items():
         var = backing_variable(var)
-        var.assign(np.asarray(reader.get_tensor(name)).astype(var.dtype.as_numpy_dtype))
+        var.assign(np.asarray(values[name]).astype(var.dtype.as_numpy_dtype))
     return sorted(variable_map)
 
 

@@ -23,10 +23,12 @@ Decisions:
 """
 from __future__ import annotations
 
+import re
 from typing import Any, Sequence
 
 import tensorflow as tf
 
+from textrain.models import hf_format
 from textrain.models.base import StepOutput, Term, TrainableModel
 from textrain.models.checkpoints import load_tf1_checkpoint
 
@@ -153,11 +155,19 @@ class ClassifierModel(TrainableModel):
         names.update(self.head_tf1_variable_map())
         return names
 
-    def load_init_checkpoint(self, path: str) -> list[str]:
-        """Initialise the encoder from `path` (a checkpoint prefix or a model_dir); the head stays fresh.
+    def load_init_checkpoint(self, path: str, init_head: bool = False) -> list[str]:
+        """Initialise the encoder from `path` (a checkpoint prefix, a model_dir or a Hugging Face
+        directory); the head stays fresh unless `init_head` (then a TF1 or HF checkpoint's head of the
+        same shape is loaded too).
 
         Returns the names loaded (TF1: original names; textrain: the encoder's variable paths).
         """
+        if hf_format.is_hf_directory(path):
+            architecture = hf_format.architecture_of(hf_format.read_config(path), path)
+            if init_head and architecture in hf_format.UNLIKE_ORIGINAL:
+                raise hf_format.HFFormatError(f"init_head: {path} is {architecture}, whose head is not loaded: "
+                                              f"{hf_format.UNLIKE_ORIGINAL[architecture]}")
+            return self._load_tf1_names(path, init_head, head_may_stay=True)
         if tf.io.gfile.isdir(path):
             path = tf.train.latest_checkpoint(path) or path
         names = [n for n, _ in tf.train.list_variables(path)]
@@ -172,8 +182,17 @@ class ClassifierModel(TrainableModel):
                 raise ValueError(f"{path}: this textrain checkpoint has no {self.encoder_attribute!r} encoder "
                                  f"matching {type(self).__name__}: {str(e)[:500]}") from None
             return sorted(v.path for v in encoder.weights)
-        return load_tf1_checkpoint(path, self.encoder_tf1_variable_map(),
-                                   allow_unexpected=tuple(self.tf1_allow_unexpected))
+        return self._load_tf1_names(path, init_head, head_may_stay=False)
+
+    def _load_tf1_names(self, path: str, init_head: bool, head_may_stay: bool) -> list[str]:
+        """The encoder (with `init_head` the head too) by the originals' names. `head_may_stay`: a head in
+        the file that is not loaded is no error (an HF classifier fine-tuned anew)."""
+        encoder = self.encoder_tf1_variable_map()
+        head = {n: v for n, v in self.tf1_variable_map().items() if n not in encoder}
+        unused_head = tuple(f"^{re.escape(n)}$" for n in head) + (f"^{hf_format.HF_ONLY_SCOPE}/",) \
+            if head_may_stay and not init_head else ()
+        return load_tf1_checkpoint(path, {**encoder, **(head if init_head else {})},
+                                   allow_unexpected=tuple(self.tf1_allow_unexpected) + unused_head)
 
     # -- serving
     def serving_features(self, input_ids: tf.Tensor, input_mask: tf.Tensor,

@@ -85,8 +85,8 @@ class XLNetConfig:
         for key in ("n_layer", "d_model", "n_head", "d_head", "d_inner", "n_token"):
             if int(getattr(self, key)) <= 0:
                 bad(f"{key} must be positive, got {getattr(self, key)!r}")
-        if self.ff_activation not in ("relu", "gelu"):
-            bad(f"ff_activation must be 'relu' or 'gelu', got {self.ff_activation!r}")
+        if self.ff_activation not in ("relu", "gelu", "gelu_exact"):  # gelu_exact: Hugging Face's XLNets
+            bad(f"ff_activation must be 'relu', 'gelu' or 'gelu_exact', got {self.ff_activation!r}")
         if self.attn_type not in ("bi", "uni"):
             bad(f"attn_type must be 'bi' or 'uni', got {self.attn_type!r}")
         if self.init not in ("normal", "uniform"):

@@ -2,7 +2,8 @@
 # The main job on the bundled public-domain sample (tests/data/austen_emma.txt, Jane Austen's Emma):
 # install -> bert_pretrain datagen -> a short pretraining of a tiny BERT -> fine-tuning it on a labelled
 # sample made from the same text (is a sentence speech or narration? quote marks removed) -> evaluation ->
-# export of a SavedModel -> one raw sentence classified by the SavedModel; each step printing its figures.
+# export of a SavedModel -> one raw sentence classified by the SavedModel -> the fine-tuned model written in
+# Hugging Face format (textrain-convert); each step printing its figures.
 # Everything lands in demo_out/ (ignored by git); re-running reuses the finished steps.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,23 +11,23 @@ export TF_CPP_MIN_LOG_LEVEL=2
 OUT=${DEMO_OUT:-demo_out}
 STEPS=${DEMO_STEPS:-600}
 
-echo "== 1/6 install"
+echo "== 1/7 install"
 python3 -m pip install -q --disable-pip-version-check -e .
 
-echo "== 2/6 datagen: bert_pretrain on Emma (WordPiece vocab built from the sample, 2 workers)"
+echo "== 2/7 datagen: bert_pretrain on Emma (WordPiece vocab built from the sample, 2 workers)"
 textrain-datagen --problem=bert_pretrain --input_file=tests/data/austen_emma.txt \
   --data_dir="$OUT/data" --vocab_size=4000 --max_seq_length=128 --max_predictions_per_seq=20 \
   --dupe_factor=3 --num_workers=2 --seed=1 --dev_fraction=0.05
 
 # Bias-corrected Adam: BERT's uncorrected AdamW takes steps several times the learning rate at first,
 # which stalls a model this small at the unigram level (mlm_accuracy ~0.06).
-echo "== 3/6 pretraining: a tiny BERT (2 layers, hidden 128) for $STEPS steps on CPU"
+echo "== 3/7 pretraining: a tiny BERT (2 layers, hidden 128) for $STEPS steps on CPU"
 textrain-train-gpu --problem=bert_pretrain --model=bert --model_size=tiny --data_dir="$OUT/data" \
   --model_dir="$OUT/bert_tiny" --max_seq_length=128 --max_predictions_per_seq=20 \
   --train_batch_size=32 --num_train_steps="$STEPS" --num_warmup_steps=60 --learning_rate=1e-3 \
   --optimizer=adam --save_checkpoints_steps=200 --log_steps=100 --num_gpus=1 --do_eval --max_eval_steps=20
 
-echo "== 4/6 labelled sample: Emma's sentences, speech or narration (every 5th to dev)"
+echo "== 4/7 labelled sample: Emma's sentences, speech or narration (every 5th to dev)"
 mkdir -p "$OUT/emma_speech"
 python3 - "$OUT/emma_speech" <<'PY'
 import sys
@@ -38,7 +39,7 @@ for name, keep in (('train', lambda i: i % 5), ('dev', lambda i: not i % 5)):
 print(f'{len(rows)} sentences, {sum(l == "speech" for _, l in rows)} speech')
 PY
 
-echo "== 5/6 fine-tuning the pretrained BERT (tsv_classification, gin) + evaluation + export"
+echo "== 5/7 fine-tuning the pretrained BERT (tsv_classification, gin) + evaluation + export"
 textrain-finetune --gin_file=configs/bert_base.gin --gin_file=configs/tsv_classification.gin \
   --gin_param="finetune.model_size='tiny'" \
   --gin_param="finetune.init_checkpoint='$OUT/bert_tiny'" \
@@ -50,7 +51,7 @@ textrain-finetune --gin_file=configs/bert_base.gin --gin_file=configs/tsv_classi
   --gin_param="finetune.export=True" | tail -1
 echo "eval_results.json:"; cat "$OUT/emma_speech_run/eval_results.json"
 
-echo "== 6/6 one raw sentence through the exported SavedModel (tokenised in the graph)"
+echo "== 6/7 one raw sentence through the exported SavedModel (tokenised in the graph)"
 python3 - "$OUT/emma_speech_run/export" <<'PY'
 import sys
 import tensorflow as tf
@@ -60,3 +61,9 @@ for text in ["I am sure you will like her very much, my dear.",
     out = model.signatures["serve_text"](text_a=tf.constant([text]))
     print(f"{out['label'][0].numpy().decode():9s} {out['probabilities'][0].numpy().round(3)}  {text}")
 PY
+
+echo "== 7/7 the fine-tuned model in Hugging Face format (transformers' AutoModelForSequenceClassification loads it)"
+[ -d "$OUT/emma_speech_hf" ] || textrain-convert --from_textrain="$OUT/emma_speech_run" --model=bert_classifier \
+  --model_size=tiny --labels_file="$OUT/ft_data/tsv_classification/labels.json" \
+  --vocab_file="$OUT/data/bert_pretrain/vocab.txt" --to_hf="$OUT/emma_speech_hf"
+ls "$OUT/emma_speech_hf"

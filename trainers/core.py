@@ -78,6 +78,7 @@ import tensorflow as tf
 
 from textrain.models.base import StepOutput, TrainableModel
 from textrain.framework.errors import UserError
+from textrain.models import hf_format
 from textrain.models.checkpoints import load_tf1_checkpoint
 
 from textrain.trainers import checkpoint_checks, nonfinite
@@ -248,6 +249,7 @@ class TrainConfig:
     input_mode: str = "host"            # host (checkpointed iterator) | distributed
     init_checkpoint: str | None = None
     init_allow_unexpected: Sequence[str] = DEFAULT_INIT_ALLOW_UNEXPECTED
+    init_head: bool = False  # fine-tuning models: also load the head of a TF1 / HF init_checkpoint
     handle_sigterm: bool = True
     loss_scale_period: int = 2000       # fp16: finite steps before the loss scale doubles
     eval_every_steps: int = 0           # host loops also end at multiples of this (evaluation callbacks)
@@ -500,11 +502,11 @@ class Trainer:
 
     def _load_init_checkpoint(self, path: str) -> None:
         if hasattr(self.model, "load_init_checkpoint"):  # fine-tuning models: encoder only, head fresh
-            loaded = self.model.load_init_checkpoint(path)
+            loaded = self.model.load_init_checkpoint(path, init_head=self.config.init_head)
             log.info("initialised %d encoder variables from %s", len(loaded), path)
             return
-        path = checkpoint_checks.resolve_checkpoint(path)
-        if checkpoint_checks.is_textrain_checkpoint(path):
+        path = path if hf_format.is_hf_directory(path) else checkpoint_checks.resolve_checkpoint(path)
+        if not hf_format.is_hf_directory(path) and checkpoint_checks.is_textrain_checkpoint(path):
             loaded = checkpoint_checks.load_init_checkpoint(path, self.model, self.config.init_allow_unexpected)
             log.info("initialised %d variables from %s (textrain checkpoint)", len(loaded), path)
         else:

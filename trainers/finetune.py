@@ -88,6 +88,7 @@ def finetune(
     model_config_file: str | None = None,
     model_overrides: dict | None = None,
     init_checkpoint: str | None = None,
+    init_head: bool = False,
     max_seq_length: int | None = None,
     train_batch_size: int = 32,
     eval_batch_size: int = 8,
@@ -127,6 +128,7 @@ def finetune(
       setting follows the model (xlnet_classifier -> sentencepiece, else wordpiece).
     model_size / model_config_file / model_overrides: the encoder (a preset, an original config json,
       single fields replaced, e.g. {'num_hidden_layers': 2}).
+    init_head: also load the head of a TF1 or Hugging Face init_checkpoint (an HF classifier's; same labels).
     layerwise_lr_decay: ELECTRA's layer-wise LR decay (0.8 in its configs; 1 = off).
     """
     from textrain.framework import errors, registry
@@ -169,7 +171,7 @@ def finetune(
             model_dir=model_dir, num_train_steps=num_train_steps, global_batch_size=train_batch_size,
             iterations_per_loop=iterations_per_loop, save_checkpoints_steps=save_checkpoints_steps,
             keep_checkpoint_max=keep_checkpoint_max, log_steps=log_steps, clip_norm=clip_norm, precision=precision,
-            init_checkpoint=init_checkpoint, eval_every_steps=eval_every_steps if do_eval else 0),
+            init_checkpoint=init_checkpoint, init_head=init_head, eval_every_steps=eval_every_steps if do_eval else 0),
         optimizer=OptimizerSpec(learning_rate=learning_rate, num_warmup_steps=num_warmup_steps, optimizer=optimizer,
                                 weight_decay=weight_decay, lr_decay=lr_decay, adam_epsilon=adam_epsilon,
                                 layerwise_lr_decay=layerwise_lr_decay),

@@ -241,8 +241,9 @@ class PositionwiseFFN(tf.keras.layers.Layer):
     def __init__(self, d_model: int, d_inner: int, activation: str | Callable = "relu",
                  dropout: float = 0.0, initializer=None, **kwargs):
         super().__init__(**kwargs)
-        if activation not in ("relu", "gelu") and not callable(activation):
-            raise ValueError(f"ff_activation must be 'relu' or 'gelu' (as the original), got {activation!r}")
+        if activation not in ("relu", "gelu", "gelu_exact") and not callable(activation):
+            raise ValueError(f"ff_activation must be 'relu', 'gelu' (as the original) or 'gelu_exact', "
+                             f"got {activation!r}")
         self.activation = get_activation(activation)
         self.dropout_rate = dropout
         init = initializer or tf.keras.initializers.RandomNormal(stddev=0.02)

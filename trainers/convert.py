@@ -1,0 +1,584 @@
+"""textrain-convert: checkpoint exchange between Hugging Face, the originals' TF1 layout and textrain.
+
+    textrain-convert --from_hf=bert-base-chinese/ --to_textrain=init/bert      # --init_checkpoint=init/bert
+    textrain-convert --from_textrain=runs/mrpc --model=bert_classifier --model_size=base \
+        --labels_file=data/glue_mrpc/labels.json --vocab_file=vocab.txt --to_hf=mrpc_hf/ --to_saved_model=mrpc_sm/
+    textrain-convert --from_tf1=uncased_L-2_H-128_A-2/bert_model.ckpt \
+        --config_file=uncased_L-2_H-128_A-2/bert_config.json --vocab_file=uncased_L-2_H-128_A-2/vocab.txt --to_hf=hf/
+    textrain-convert --from_hf=electra-small-discriminator/ --hf_generator=electra-small-generator/ --to_textrain=e/
+
+Decisions:
+- Every direction passes through one in-memory form, `Exchange`: the tensors under the originals' TF1
+  names (models/hf_format.py maps HF names to them; each model's `tf1_variable_map` maps them to
+  variables), the family's config, the HF architecture, labels and tokenizer files. Reading and writing
+  are one function per format; every target is checked (the model loads every tensor, the HF table finds
+  every name) before the first is written.
+- A textrain checkpoint is `tf.train.Checkpoint(model=...)` (what the trainers and
+  `finetune.init_checkpoint` read) with `textrain_model.json` (model name, config, labels, architecture)
+  and the originals' config file and tokenizer files beside it, so `--from_textrain` of a converted
+  directory needs no flags. A training run's model_dir has no such file: `--model` and `--config_file` or
+  `--model_size` (and `--num_labels` / `--labels_file`) say what it holds.
+- An architecture without all of a textrain model's parts (`BertModel`: no MLM/NSP; `BertForMaskedLM`: no
+  pooler, no NSP; `XLNetModel`: no LM bias; an ELECTRA discriminator without `--hf_generator`) goes in
+  with those parts freshly initialised, and the command lists them; everything else must match exactly
+  or nothing is written. HF heads unlike the original's (ELECTRA's classifier and QA) are refused.
+- ELECTRA's discriminator and generator are two HF directories and one textrain / TF1 checkpoint (they
+  share the embeddings, which must be equal); `--to_hf_generator` writes the generator back.
+- Output goes to a temporary directory beside the target, renamed into place when complete.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import shutil
+from typing import Any
+
+import numpy as np
+from absl import flags
+
+from textrain.framework.cli import run_main
+from textrain.framework.errors import UserError
+from textrain.models import hf_format
+
+FLAGS = flags.FLAGS
+PROG = "textrain-convert"
+MODEL_FILE = "textrain_model.json"
+BERT_CONFIG = "bert_config.json"
+
+# textrain model name <-> the HF architecture that holds it all.
+MODEL_OF_ARCHITECTURE = {
+    "BertModel": "bert", "BertForPreTraining": "bert", "BertForMaskedLM": "bert",
+    "BertForSequenceClassification": "bert_classifier", "BertForQuestionAnswering": "bert_squad",
+    "ElectraForPreTraining": "electra",
+    "XLNetModel": "xlnet", "XLNetLMHeadModel": "xlnet", "XLNetForSequenceClassification": "xlnet_classifier",
+    "XLNetForQuestionAnswering": "xlnet_squad",
+}
+ARCHITECTURE_OF_MODEL = {"bert": "BertForPreTraining", "bert_classifier": "BertForSequenceClassification",
+                         "bert_squad": "BertForQuestionAnswering", "electra": "ElectraForPreTraining",
+                         "xlnet": "XLNetLMHeadModel", "xlnet_classifier": "XLNetForSequenceClassification",
+                         "xlnet_squad": "XLNetForQuestionAnswering"}
+# Variables of the textrain model an architecture does not have (they stay freshly initialised).
+# (BertForQuestionAnswering has no pooler: textrain's span head keeps one it never uses.)
+FRESH = {"BertModel": (r"^cls/",), "BertForMaskedLM": (r"^cls/seq_relationship/", r"^bert/pooler/"),
+         "BertForQuestionAnswering": (r"^bert/pooler/",), "XLNetModel": (r"^model/lm_loss/",)}
+
+
+@dataclasses.dataclass
+class Exchange:
+    """A model between formats: TF1-named tensors, its config and HF architecture, labels, tokenizer files."""
+
+    architecture: str
+    config: dict[str, Any]  # BertConfig / ElectraConfig .to_dict(), or XLNet's xlnet_config.json keys
+    values: dict[str, np.ndarray]
+    num_labels: int | None = None
+    tokenizer_files: dict[str, str] = dataclasses.field(default_factory=dict)  # name -> source path
+    fresh: tuple[str, ...] | None = None  # patterns of the model's TF1 names the source lacks (None: FRESH's)
+    n_top: tuple[int, int] = (5, 5)  # XLNet's span head: start_n_top, end_n_top
+    labels: list[str] | None = None  # a classifier's label names (HF id2label), in id order
+    do_lower_case: bool = True  # a vocab.txt without a tokenizer_config.json: the WordPiece casing to record
+
+    def fresh_patterns(self) -> tuple[str, ...]:
+        return FRESH.get(self.architecture, ()) if self.fresh is None else self.fresh
+
+    @property
+    def model_name(self) -> str:
+        return MODEL_OF_ARCHITECTURE[self.architecture]
+
+
+# ------------------------------------------------------------------------------------ textrain models
+def build_model(model_name: str, config: dict[str, Any], num_labels: int | None = None,
+                n_top: tuple[int, int] = (5, 5)):
+    from textrain.models import bert, electra, qa_heads, xlnet
+    if model_name.startswith("xlnet"):
+        xlnet_config = xlnet.XLNetConfig(**config)
+        if model_name == "xlnet":
+            return xlnet.XLNetPretrainer(xlnet_config)
+        if model_name == "xlnet_classifier":
+            return xlnet.XLNetClassifier(xlnet_config, num_labels=int(num_labels or 2), task_name=hf_format.XLNET_TASK)
+        return qa_heads.XLNetSquad(xlnet_config, start_n_top=n_top[0], end_n_top=n_top[1])
+    if model_name == "electra":
+        return electra.ElectraPretrainer(electra.ElectraConfig.from_dict(config))
+    bert_config = bert.BertConfig.from_dict(config)
+    if model_name == "bert":
+        return bert.BertPretrainer(bert_config)
+    if model_name == "bert_classifier":
+        return bert.BertClassifier(bert_config, num_labels=int(num_labels or 2))
+    if model_name == "bert_squad":
+        return qa_heads.BertSquad(bert_config)
+    raise UserError(f"--model={model_name}: textrain-convert converts {', '.join(ARCHITECTURE_OF_MODEL)}")
+
+
+def model_variable_map(model, fresh: tuple[str, ...] = ()) -> dict:
+    """The model's TF1 names but those matching `fresh` (heads the source lacks)."""
+    patterns = [re.compile(p) for p in fresh]
+    return {n: v for n, v in model.tf1_variable_map().items() if not any(p.search(n) for p in patterns)}
+
+
+def fresh_names(model, fresh: tuple[str, ...]) -> list[str]:
+    kept = model_variable_map(model, fresh)
+    return sorted(n for n in model.tf1_variable_map() if n not in kept)
+
+
+def load_into_model(exchange: Exchange, source: str):
+    """The textrain model of `exchange`, its variables assigned (every tensor accounted for)."""
+    from textrain.models.checkpoints import assign_tf1_values
+    model = build_model(exchange.model_name, exchange.config, exchange.num_labels, exchange.n_top)
+    assign_tf1_values(source, exchange.values, model_variable_map(model, exchange.fresh_patterns()))
+    return model
+
+
+# ------------------------------------------------------------------------------------ readers
+def _tokenizer_files(directory: str) -> dict[str, str]:
+    return {n: os.path.join(directory, n) for n in hf_format.TOKENIZER_FILES
+            if os.path.exists(os.path.join(directory, n))}
+
+
+def _hf_source(path: str, flag: str) -> tuple[dict[str, Any], str]:
+    if not hf_format.is_hf_directory(path):
+        raise UserError(f"{flag}={path}: not a Hugging Face directory (config.json and model.safetensors)")
+    config = hf_format.read_config(path)
+    architecture = hf_format.architecture_of(config, os.path.join(path, hf_format.CONFIG))
+    if architecture in hf_format.UNLIKE_ORIGINAL:
+        raise UserError(f"{flag}={path}: {architecture} is not converted: {hf_format.UNLIKE_ORIGINAL[architecture]}; "
+                        f"its encoder can still start a fine-tuning (finetune.init_checkpoint, fresh head)")
+    return config, architecture
+
+
+def read_hf(path: str, generator: str | None = None) -> Exchange:
+    from textrain.models.checkpoints import hf_directory_values
+    config, architecture = _hf_source(path, "--from_hf")
+    if architecture == "ElectraForMaskedLM":
+        raise UserError(f"--from_hf={path} is an ELECTRA generator alone: pass the discriminator "
+                        f"(ElectraForPreTraining) as --from_hf and this directory as --hf_generator")
+    if architecture == "ElectraForPreTraining":
+        return _read_electra(path, config, generator)
+    if generator:
+        raise UserError(f"--hf_generator is for ELECTRA; --from_hf={path} is {architecture}")
+    values = hf_directory_values(path)
+    model_name = MODEL_OF_ARCHITECTURE[architecture]
+    labels = hf_format.num_labels(config) if model_name.endswith("_classifier") else None
+    names = hf_format.label_names(config) if labels else None
+    source = os.path.join(path, hf_format.CONFIG)
+    if model_name.startswith("xlnet"):
+        n_top = (int(config.get("start_n_top", 5)), int(config.get("end_n_top", 5)))
+        return Exchange(architecture, hf_format.xlnet_config_dict(config, source), values, labels,
+                        _tokenizer_files(path), n_top=n_top, labels=names)
+    return Exchange(architecture, hf_format.bert_config_dict(config, source), values, labels, _tokenizer_files(path),
+                    labels=names)
+
+
+def _read_electra(path: str, config: dict[str, Any], generator: str | None) -> Exchange:
+    """The discriminator and (if given) the generator, whose shared embeddings must be equal."""
+    from textrain.models.checkpoints import hf_directory_values
+    values = hf_directory_values(path)
+    gen_config = None
+    if generator:
+        gen_config, gen_architecture = _hf_source(generator, "--hf_generator")
+        if gen_architecture != "ElectraForMaskedLM":
+            raise UserError(f"--hf_generator={generator} is {gen_architecture}, not ElectraForMaskedLM")
+        gen_values = hf_directory_values(generator)
+        differ = sorted(n for n in gen_values if n in values and (gen_values[n].shape != values[n].shape
+                                                                  or not np.array_equal(gen_values[n], values[n])))
+        if differ:
+            raise UserError(f"--hf_generator={generator}: its embeddings differ from the discriminator's "
+                            f"({', '.join(differ)}); textrain's ELECTRA shares them between the two")
+        values.update(gen_values)
+    electra = hf_format.electra_config_dicts(config, gen_config, os.path.join(path, hf_format.CONFIG))
+    fresh = () if generator else (r"^generator",)
+    return Exchange("ElectraForPreTraining", electra, values, None, _tokenizer_files(path), fresh)
+
+
+def _architecture_of_tf1(names: set[str], model_name: str | None) -> str:
+    found = _architecture_of_names(names)
+    if model_name and MODEL_OF_ARCHITECTURE[found] != model_name:
+        return ARCHITECTURE_OF_MODEL[model_name]
+    return found
+
+
+def _architecture_of_names(names: set[str]) -> str:
+    if "discriminator_predictions/dense/kernel" in names:
+        return "ElectraForPreTraining"
+    if "start_logits/dense/kernel" in names:
+        return "XLNetForQuestionAnswering"
+    if f"model/classification_{hf_format.XLNET_TASK}/logit/kernel" in names:
+        return "XLNetForSequenceClassification"
+    if "model/transformer/word_embedding/lookup_table" in names:
+        return "XLNetLMHeadModel" if "model/lm_loss/bias" in names else "XLNetModel"
+    if "cls/squad/output_weights" in names:
+        return "BertForQuestionAnswering"
+    if "output_weights" in names:
+        return "BertForSequenceClassification"
+    if "cls/seq_relationship/output_weights" in names:
+        return "BertForPreTraining"
+    if "cls/predictions/output_bias" in names:
+        return "BertForMaskedLM"
+    return "BertModel"
+
+
+def read_tf1(path: str, config_file: str | None, vocab_file: str | None, model_name: str | None) -> Exchange:
+    import tensorflow as tf
+
+    from textrain.models.checkpoints import DEFAULT_IGNORE
+    if not config_file:
+        raise UserError("--from_tf1 needs --config_file (the release's bert_config.json)")
+    reader = tf.train.load_checkpoint(path)
+    skip = [re.compile(p) for p in DEFAULT_IGNORE]
+    values = {n: np.asarray(reader.get_tensor(n)) for n in reader.get_variable_to_shape_map()
+              if not any(p.search(n) for p in skip)}
+    architecture = _architecture_of_tf1(set(values), model_name)
+    head = {"BertForSequenceClassification": ("output_weights", 0),
+            "XLNetForSequenceClassification": (f"model/classification_{hf_format.XLNET_TASK}/logit/kernel", 1)}
+    labels = int(values[head[architecture][0]].shape[head[architecture][1]]) if architecture in head else None
+    files = {"vocab.txt": vocab_file} if vocab_file else {}
+    return Exchange(architecture, _read_json(config_file, MODEL_OF_ARCHITECTURE[architecture]), values, labels, files)
+
+
+def _read_json(path: str, model_name: str) -> dict[str, Any]:
+    from textrain.models.bert import BertConfig
+    from textrain.models.electra import ElectraConfig
+    from textrain.models.xlnet import MODEL_KEYS, XLNetConfig
+    if model_name.startswith("xlnet"):
+        config = XLNetConfig.from_json(path)
+        return {k: getattr(config, k) for k in MODEL_KEYS}
+    cls = ElectraConfig if model_name == "electra" else BertConfig
+    return cls.from_json_file(path).to_dict()
+
+
+def read_textrain(path: str, model_name: str | None, config_file: str | None, num_labels: int | None,
+                  vocab_file: str | None, model_size: str | None = None) -> Exchange:
+    from textrain.trainers import checkpoint_checks
+    directory = path if os.path.isdir(path) else os.path.dirname(path)
+    prefix = checkpoint_checks.resolve_checkpoint(path, "--from_textrain")
+    recorded = os.path.join(directory, MODEL_FILE)
+    if os.path.exists(recorded):
+        with open(recorded, encoding="utf-8") as f:
+            spec = json.load(f)
+        architecture, config, num_labels = spec["architecture"], spec["config"], spec.get("num_labels")
+        n_top, labels = tuple(spec.get("n_top", (5, 5))), spec.get("labels")
+    else:
+        if not (model_name and (config_file or model_size)):
+            raise UserError(f"--from_textrain={path} has no {MODEL_FILE}: say what it holds with --model and "
+                            f"--config_file or --model_size (and --num_labels for a classifier)")
+        architecture = ARCHITECTURE_OF_MODEL[model_name]
+        config = _read_json(config_file, model_name) if config_file else _preset(model_name, model_size, prefix)
+        n_top, labels = (5, 5), None
+    model = build_model(MODEL_OF_ARCHITECTURE[architecture], config, num_labels, n_top)
+    restore_textrain(prefix, model)
+    values = {n: np.asarray(v.numpy()) for n, v in model_variable_map(model, FRESH.get(architecture, ())).items()}
+    files = _tokenizer_files(directory)
+    if vocab_file:
+        files["vocab.txt"] = vocab_file
+    return Exchange(architecture, config, values, num_labels, files, n_top=n_top, labels=labels)
+
+
+def check_vocabulary(exchange: Exchange) -> None:
+    """Refuse a vocab.txt whose size is not the word embedding's row count."""
+    vocab = exchange.tokenizer_files.get("vocab.txt")
+    rows = [v.shape[0] for n, v in exchange.values.items() if n.endswith(("/word_embeddings", "/lookup_table"))]
+    if not vocab or not rows:
+        return
+    with open(vocab, encoding="utf-8") as f:
+        size = sum(1 for _ in f)
+    if size != rows[0]:
+        raise UserError(f"{vocab} has {size} entries but the word embedding has {rows[0]} rows (vocabulary of "
+                        f"another model?)")
+
+
+def read_labels(path: str) -> list[str]:
+    """Label names in id order: a problem's labels.json ({"labels": [...]}) or one name a line."""
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    if path.endswith(".json"):
+        try:
+            names = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise UserError(f"{path}:{e.lineno}: not valid JSON: {e.msg}") from None
+        names = names.get("labels") if isinstance(names, dict) else names
+        if not isinstance(names, list) or not names:
+            raise UserError(f"{path}: expected a list of labels or {{\"labels\": [...]}}")
+        return [str(n) for n in names]
+    return [line.strip() for line in text.splitlines() if line.strip()]
+
+
+def _preset(model_name: str, size: str, prefix: str) -> dict[str, Any]:
+    """A size preset's config with the vocabulary size of the checkpoint's word embedding (as the trainers
+    build it from --model_size and the data's vocabulary)."""
+    from textrain.models import bert, electra
+    from textrain.trainers import checkpoint_checks
+    rows = [shape[0] for name, (_, shape) in checkpoint_checks.checkpoint_model_variables(prefix).items()
+            if name.endswith("word_embeddings")]
+    if not rows:
+        raise UserError(f"--from_textrain={prefix}: no word embedding found; give --config_file")
+    if model_name == "electra":
+        return electra.ElectraConfig.preset(size, vocab_size=int(rows[0])).to_dict()
+    if model_name.startswith("bert"):
+        return bert.BertConfig.preset(size, vocab_size=int(rows[0])).to_dict()
+    raise UserError(f"--model_size is for BERT and ELECTRA; give --config_file for {model_name}")
+
+
+def restore_textrain(path: str, model) -> None:
+    """Every variable of `model` from the textrain checkpoint `path`: by variable path, as the trainers'
+    init_checkpoint (which also proves nothing is missing, extra or mis-shaped); where two variables share a
+    path (XLNet's LayerNorms are all `LayerNorm/gamma`), by the object graph instead, which tells them apart."""
+    import tensorflow as tf
+
+    from textrain.trainers import checkpoint_checks
+    paths = [getattr(v, "path", v.name) for v in model.variables]
+    if len(set(paths)) == len(paths):
+        checkpoint_checks.load_init_checkpoint(path, model)
+        return
+    status = tf.train.Checkpoint(model=model).read(path)
+    status.expect_partial()  # the optimizer's slots stay in the file
+    try:
+        status.assert_existing_objects_matched()
+    except AssertionError as e:
+        raise UserError(f"--from_textrain={path} does not hold this {type(model).__name__}: {str(e)[:300]}") from None
+
+
+# ------------------------------------------------------------------------------------ writers
+def _copy_tokenizer(exchange: Exchange, out: str) -> None:
+    """The tokenizer files. A tokenizer.json alone also gives the vocab.txt textrain's WordPiece reads; a bare
+    vocab.txt gets the tokenizer_config.json that tells transformers its casing."""
+    for name, source in exchange.tokenizer_files.items():
+        shutil.copyfile(source, os.path.join(out, name))
+    if "tokenizer.json" in exchange.tokenizer_files and "vocab.txt" not in exchange.tokenizer_files:
+        tokens = hf_format.wordpiece_vocab_from_tokenizer_json(exchange.tokenizer_files["tokenizer.json"])
+        if tokens:
+            with open(os.path.join(out, "vocab.txt"), "w", encoding="utf-8") as f:
+                f.write("".join(t + "\n" for t in tokens))
+    if "vocab.txt" in exchange.tokenizer_files and "tokenizer_config.json" not in exchange.tokenizer_files:
+        _write_json(os.path.join(out, "tokenizer_config.json"),
+                    {"do_lower_case": exchange.do_lower_case, "tokenizer_class": "BertTokenizer"})
+
+
+def _write_json(path: str, value: Any) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(value, f, indent=2, sort_keys=True)
+        f.write("\n")
+
+
+def hf_config_of(exchange: Exchange, architecture: str) -> dict[str, Any]:
+    """The HF config.json of `architecture` (ELECTRA: each network's own sizes)."""
+    config = exchange.config
+    if exchange.model_name == "electra":
+        from textrain.models.electra import ElectraConfig
+        electra = ElectraConfig.from_dict(config)
+        networks = {"ElectraForPreTraining": electra.discriminator_config, "ElectraForMaskedLM": electra.generator_config}
+        config = networks[architecture]().to_dict()
+    if exchange.model_name.startswith("xlnet"):
+        hf = hf_format.hf_xlnet_config(architecture, config, exchange.num_labels, exchange.n_top)
+    else:
+        hf = hf_format.hf_bert_config(architecture, config, exchange.num_labels)
+    if exchange.labels and "id2label" in hf:
+        hf["id2label"] = {str(i): name for i, name in enumerate(exchange.labels)}
+        hf["label2id"] = {name: i for i, name in enumerate(exchange.labels)}
+    return hf
+
+
+def write_hf(exchange: Exchange, out: str, architecture: str | None = None) -> None:
+    architecture = architecture or exchange.architecture
+    if MODEL_OF_ARCHITECTURE.get(architecture, "electra" if architecture == "ElectraForMaskedLM" else None) \
+            != exchange.model_name:
+        raise UserError(f"--hf_architecture={architecture} does not hold a {exchange.model_name} model; use "
+                        f"{', '.join(a for a, m in MODEL_OF_ARCHITECTURE.items() if m == exchange.model_name)}")
+    config = hf_config_of(exchange, architecture)
+    fresh = fresh_names_of(exchange, architecture)
+    if fresh:
+        raise UserError(f"{exchange.architecture} has no {', '.join(fresh)}: it cannot be written as {architecture}")
+    tensors = hf_format.hf_tensors(architecture, config, exchange.values)
+    hf_format.write_safetensors(os.path.join(out, hf_format.WEIGHTS), tensors)
+    _write_json(os.path.join(out, hf_format.CONFIG), config)
+    _copy_tokenizer(exchange, out)
+
+
+def fresh_names_of(exchange: Exchange, architecture: str) -> list[str]:
+    """Tensors `architecture` holds that `exchange` lacks."""
+    table = hf_format.name_table(architecture, hf_config_of(exchange, architecture))
+    return sorted(t for _, t, _ in table if t not in exchange.values)
+
+
+def write_tf1(exchange: Exchange, out: str) -> None:
+    from textrain.models.checkpoints import write_tf1_checkpoint
+    write_tf1_checkpoint(os.path.join(out, "model.ckpt"), exchange.values)
+    _write_json(os.path.join(out, config_file_name(exchange)), exchange.config)
+    _copy_tokenizer(exchange, out)
+
+
+def config_file_name(exchange: Exchange) -> str:
+    """The originals' config file name beside the weights (what --config_file / model_config_file read)."""
+    return {"bert": BERT_CONFIG, "electra": "electra_config.json", "xlnet": "xlnet_config.json"}[
+        exchange.model_name.split("_")[0]]
+
+
+def write_textrain(exchange: Exchange, out: str, source: str) -> list[str]:
+    """The textrain checkpoint (ckpt-0) with textrain_model.json, config and tokenizer; returns the
+    variables left freshly initialised (heads the source architecture lacks)."""
+    import tensorflow as tf
+    model = load_into_model(exchange, source)
+    tf.train.CheckpointManager(tf.train.Checkpoint(model=model), out, max_to_keep=1).save(checkpoint_number=0)
+    _write_json(os.path.join(out, MODEL_FILE), {"model": exchange.model_name, "architecture": exchange.architecture,
+                                                "config": exchange.config, "num_labels": exchange.num_labels,
+                                                "n_top": list(exchange.n_top), "labels": exchange.labels})
+    _write_json(os.path.join(out, config_file_name(exchange)), exchange.config)
+    _copy_tokenizer(exchange, out)
+    return fresh_names(model, exchange.fresh_patterns())
+
+
+SERVABLE = ("bert_classifier", "bert_squad", "xlnet_classifier", "xlnet_squad")
+
+
+def write_saved_model(exchange: Exchange, out: str, source: str, max_seq_length: int) -> None:
+    """The export of today's fine-tuning (trainers/export.py): ids in, the head's outputs out; raw text in
+    (`serve_text`, `serve_text_pair`) for a BERT classifier with a WordPiece vocabulary."""
+    from textrain.trainers.export import export_classifier
+    model = load_into_model(exchange, source)
+    tokenizer = None
+    vocab = exchange.tokenizer_files.get("vocab.txt")
+    if exchange.model_name == "bert_classifier" and vocab:
+        from textrain.framework.graph_wordpiece import GraphWordpieceTokenizer
+        lower = hf_format.do_lower_case(os.path.dirname(vocab))
+        tokenizer = GraphWordpieceTokenizer(vocab, do_lower_case=exchange.do_lower_case if lower is None else lower,
+                                            max_seq_length=max_seq_length)
+    export_classifier(model, out, max_seq_length=max_seq_length, labels=exchange.labels, tokenizer=tokenizer)
+
+
+def write_atomically(out: str, write) -> Any:
+    """Run `write(tmp)` into a fresh directory beside `out`, then rename it to `out` (absent or empty)."""
+    if os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)):
+        raise UserError(f"{out} exists and is not empty: choose a new output directory")
+    parent = os.path.dirname(os.path.abspath(out))
+    os.makedirs(parent, exist_ok=True)
+    tmp = os.path.join(parent, f".{os.path.basename(os.path.abspath(out))}.incomplete-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    try:
+        result = write(tmp)
+        if os.path.isdir(out):
+            os.rmdir(out)
+        os.rename(tmp, out)
+        return result
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+# ------------------------------------------------------------------------------------ the command
+def convert(*, from_hf: str | None = None, from_tf1: str | None = None, from_textrain: str | None = None,
+            to_hf: str | None = None, to_tf1: str | None = None, to_textrain: str | None = None,
+            model: str | None = None, config_file: str | None = None, num_labels: int | None = None,
+            vocab_file: str | None = None, hf_architecture: str | None = None, hf_generator: str | None = None,
+            to_hf_generator: str | None = None, to_saved_model: str | None = None,
+            max_seq_length: int = 128, model_size: str | None = None, labels_file: str | None = None,
+            do_lower_case: bool = True) -> list[str]:
+    """One conversion; returns lines describing what was written."""
+    sources = [s for s in (from_hf, from_tf1, from_textrain) if s]
+    targets = [t for t in (to_hf, to_tf1, to_textrain, to_hf_generator, to_saved_model) if t]
+    if len(sources) != 1:
+        raise UserError("give exactly one of --from_hf, --from_tf1, --from_textrain")
+    if not targets:
+        raise UserError("give at least one of --to_hf, --to_tf1, --to_textrain, --to_hf_generator, --to_saved_model")
+    if hf_generator and not from_hf:
+        raise UserError("--hf_generator goes with --from_hf (the discriminator)")
+    if model and model not in ARCHITECTURE_OF_MODEL:
+        raise UserError(f"--model={model}: textrain-convert converts {', '.join(ARCHITECTURE_OF_MODEL)}")
+    if hf_architecture and hf_architecture not in MODEL_OF_ARCHITECTURE:
+        raise UserError(f"--hf_architecture={hf_architecture}: known: {', '.join(MODEL_OF_ARCHITECTURE)}")
+    if from_hf:
+        exchange = read_hf(from_hf, hf_generator)
+    elif from_tf1:
+        exchange = read_tf1(from_tf1, config_file, vocab_file, model)
+    else:
+        names = read_labels(labels_file) if labels_file else None
+        if names and num_labels and num_labels != len(names):
+            raise UserError(f"--labels_file={labels_file} names {len(names)} labels, --num_labels says {num_labels}")
+        exchange = read_textrain(from_textrain, model, config_file, num_labels or (len(names) if names else None),
+                                 vocab_file, model_size)
+        if names:
+            if exchange.num_labels != len(names):
+                raise UserError(f"--labels_file={labels_file} names {len(names)} labels; the model has "
+                                f"{exchange.num_labels}")
+            exchange.labels = names
+    source = sources[0]
+    exchange.do_lower_case = do_lower_case
+    check_vocabulary(exchange)
+    # Check everything the targets need before writing any of them.
+    load_into_model(exchange, source)
+    hf_targets = ([(to_hf, hf_architecture or exchange.architecture)] if to_hf else []) + (
+        [(to_hf_generator, "ElectraForMaskedLM")] if to_hf_generator else [])
+    if to_hf_generator and exchange.model_name != "electra":
+        raise UserError(f"--to_hf_generator is for ELECTRA; {source} holds {exchange.model_name}")
+    if to_saved_model and exchange.model_name not in SERVABLE:
+        raise UserError(f"--to_saved_model exports a fine-tuning model ({', '.join(SERVABLE)}); {source} holds "
+                        f"{exchange.model_name} ({exchange.architecture})")
+    longest = exchange.config.get("max_position_embeddings")
+    if to_saved_model and longest and max_seq_length > longest:
+        raise UserError(f"--max_seq_length={max_seq_length} exceeds the model's max_position_embeddings {longest}")
+    for _, architecture in hf_targets:
+        fresh = fresh_names_of(exchange, architecture)
+        if fresh:
+            raise UserError(f"{source} has no {', '.join(fresh)}: it cannot be written as {architecture}")
+    lines = []
+    if to_textrain:
+        fresh = write_atomically(to_textrain, lambda d: write_textrain(exchange, d, source))
+        lines.append(f"wrote {to_textrain} (textrain {exchange.model_name}, from {exchange.architecture})"
+                     + (f"; freshly initialised, {exchange.architecture} has none: {', '.join(fresh)}" if fresh else ""))
+    if to_tf1:
+        write_atomically(to_tf1, lambda d: write_tf1(exchange, d))
+        lines.append(f"wrote {to_tf1}/model.ckpt (the originals' variable names)")
+    for out, architecture in hf_targets:
+        write_atomically(out, lambda d, a=architecture: write_hf(exchange, d, a))
+        lines.append(f"wrote {out} ({architecture}, safetensors)")
+    if to_saved_model:
+        write_atomically(to_saved_model, lambda d: write_saved_model(exchange, d, source, max_seq_length))
+        lines.append(f"wrote {to_saved_model} (SavedModel of {exchange.model_name})")
+    return lines
+
+
+def define_flags() -> None:
+    flags.DEFINE_string("from_hf", None, "A Hugging Face save_pretrained directory (config.json + safetensors).")
+    flags.DEFINE_string("from_tf1", None, "A checkpoint in the originals' layout (as --init_checkpoint reads).")
+    flags.DEFINE_string("from_textrain", None, "A textrain checkpoint prefix or model_dir.")
+    flags.DEFINE_string("to_hf", None, "Write a Hugging Face directory (transformers.AutoModel* loads it).")
+    flags.DEFINE_string("to_tf1", None, "Write the originals' layout: model.ckpt + bert_config.json.")
+    flags.DEFINE_string("to_textrain", None, "Write a textrain checkpoint (--init_checkpoint / finetune.init_checkpoint).")
+    flags.DEFINE_enum("model", None, list(ARCHITECTURE_OF_MODEL),
+                      "The textrain model a --from_textrain run or --from_tf1 checkpoint holds.")
+    flags.DEFINE_string("config_file", None, "bert_config.json of a --from_tf1 or --from_textrain checkpoint.")
+    flags.DEFINE_integer("num_labels", None, "Labels of a --from_textrain bert_classifier run.")
+    flags.DEFINE_string("labels_file", None, "A --from_textrain classifier's label names in id order: the problem's "
+                        "labels.json (in its data_dir) or one name a line; they become config.json's id2label.")
+    flags.DEFINE_bool("do_lower_case", True, "With --vocab_file: the WordPiece casing the model was trained with "
+                      "(written to tokenizer_config.json).")
+    flags.DEFINE_string("model_size", None, "Instead of --config_file: the size preset a --from_textrain run was "
+                        "trained with (tiny, mini, small, base, ...; the vocabulary size is the checkpoint's).")
+    flags.DEFINE_string("vocab_file", None, "vocab.txt to write beside the converted model.")
+    flags.DEFINE_string("hf_architecture", None, "The HF architecture --to_hf writes (default: the model's own).")
+    flags.DEFINE_string("hf_generator", None, "ELECTRA: the generator's HF directory (ElectraForMaskedLM) to "
+                        "combine with the --from_hf discriminator into one pretraining checkpoint.")
+    flags.DEFINE_string("to_hf_generator", None, "ELECTRA: also write the generator as an HF ElectraForMaskedLM.")
+    flags.DEFINE_string("to_saved_model", None, "Write a SavedModel of a fine-tuning model (ids in, the head's "
+                        "outputs out; raw text in for a BERT classifier with a vocab.txt).")
+    flags.DEFINE_integer("max_seq_length", 128, "--to_saved_model: the raw-text signatures' sequence length.")
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) > 1:
+        raise UserError(f"unexpected arguments: {' '.join(argv[1:])}")
+    for line in convert(from_hf=FLAGS.from_hf, from_tf1=FLAGS.from_tf1, from_textrain=FLAGS.from_textrain,
+                        to_hf=FLAGS.to_hf, to_tf1=FLAGS.to_tf1, to_textrain=FLAGS.to_textrain, model=FLAGS.model,
+                        config_file=FLAGS.config_file, num_labels=FLAGS.num_labels, vocab_file=FLAGS.vocab_file,
+                        hf_architecture=FLAGS.hf_architecture, hf_generator=FLAGS.hf_generator,
+                        to_hf_generator=FLAGS.to_hf_generator, to_saved_model=FLAGS.to_saved_model,
+                        max_seq_length=FLAGS.max_seq_length, model_size=FLAGS.model_size,
+                        labels_file=FLAGS.labels_file, do_lower_case=FLAGS.do_lower_case):
+        print(line, flush=True)
+
+
+def run() -> None:
+    define_flags()
+    run_main(PROG, main)
+
+
+if __name__ == "__main__":
+    run()
