@@ -132,7 +132,7 @@ def _evaluator(spec: RunSpec, strategy, trainer, problem):
         final_step=spec.train.num_train_steps if task else None,
         metrics_fn=(lambda split, result: evaluation.task_metrics(problem, spec.data_dir, split, result)) if task
         else None,
-        main_metric=getattr(problem, "main_metric", None) if task else None,
+        main_metric=problem.main_metric if task else None,  # task metrics: a FinetuneTask
         max_steps=spec.eval.max_steps, is_chief=trainer.is_chief)
 
 
