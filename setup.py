@@ -39,7 +39,8 @@ setup(
         "google-crc32c>=1.5",
     ],
     extras_require={
-        "test": ["pytest>=7"],
+        # ruff: the linter the test command runs first (pyproject.toml [tool.ruff]).
+        "test": ["pytest>=7", "ruff>=0.6"],
         # textrain-datagen --runner=beam (docs/BEAM.md). 2.77 needs protobuf<7 (6.33), which TF 2.21 accepts
         # (>=6.31.1,<8): verified together with TF 2.21.0.
         "beam": ["apache-beam>=2.77,<3"],
