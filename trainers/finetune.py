@@ -45,9 +45,6 @@ from absl import flags
 FLAGS = flags.FLAGS
 log = logging.getLogger("textrain.finetune")
 
-REPO_CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
-
-
 class _QuietGinResourceProbe(logging.Filter):
     """gin's package-resource reader logs an ERROR ("Path not found: _bert.gin") each time it is asked about a
     path that is not a Python package resource, which is every include of configs/ before the next reader
@@ -413,11 +410,10 @@ flags.DEFINE_multi_string("gin_param", [], "Gin binding(s), e.g. \"finetune.lear
 def parse_gin(files: list[str], params: list[str]) -> None:
     """Parse the configs; a bad binding or file is one UserError line naming it."""
     from textrain.framework.cli import UserError
+    from textrain.trainers import gin_configs
 
     _register_gin_tf_io()
-    gin.add_config_file_search_path(REPO_CONFIGS)
-    for f in files:
-        gin.add_config_file_search_path(os.path.dirname(os.path.abspath(f)))
+    files = gin_configs.prepare(files)  # --gin_file=bert_base.gin: the shipped config of that name
     try:
         gin.parse_config_files_and_bindings(files, params, finalize_config=False)
     except (ValueError, IOError, SyntaxError) as e:
