@@ -5,7 +5,7 @@ file or folder of the repository; a dotted name under a package (`framework.reco
 `models.base.Term`, `trainers.run.run`) must be defined at the top level of that module (or be a method or
 attribute of a class defined there); a bare name written as a call or a class (`shard_rng(...)`, `StepOutput`)
 must be defined somewhere in the library. A failure lists every missing name, so a rename is fixed in one pass.
-The new-problem and new-model walk-throughs must name the usr_toy example they follow.
+The new-problem and new-model walk-throughs must show the classes and methods tests/usr_toy defines.
 """
 from __future__ import annotations
 
@@ -150,8 +150,14 @@ def test_the_checker_catches_a_missing_name():
 
 
 def test_walkthroughs_follow_usr_toy():
-    for doc in ("new_problem.md", "new_model.md"):
+    """The walk-throughs quote tests/usr_toy: the classes and methods they show are the ones it defines."""
+    toy = _names(_tree(os.path.join(REPO, "tests", "usr_toy", "__init__.py")).body)
+    for doc, shown in (("new_problem.md", {"UsrToyProblem": ["dataset_splits", "generate_samples",
+                                                            "example_reading_spec", "preprocess_example"]}),
+                       ("new_model.md", {"UsrToyModel": ["step_output"]})):
         with open(os.path.join(DOCS, doc), encoding="utf-8") as f:
             text = f.read()
         assert "tests/usr_toy" in text, doc
-        assert not missing_names(doc), f"docs/{doc} cites names the code does not define: {missing_names(doc)}"
+        for cls, methods in shown.items():
+            assert f"class {cls}(" in text and isinstance(toy.get(cls), ast.ClassDef), (doc, cls)
+            assert all(f"def {m}(" in text and m in _names(toy[cls].body) for m in methods), (doc, cls)
