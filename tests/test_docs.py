@@ -103,13 +103,21 @@ def dotted_exists(dotted: str) -> bool:
     return False
 
 
+def _paths(text: str) -> set[str]:
+    """Repository paths in `text`, leaving out patterns (`tests/test_golden_*.py`, `{data_dir}/...`)."""
+    return {m.group(1) for m in _PATH.finditer(text)
+            if not any(c in m.group(1) for c in "{}") and text[m.end():m.end() + 1] not in ("*", "<", "{")}
+
+
 def cited(text: str) -> tuple[set[str], set[str], set[str]]:
     """(paths, dotted names, bare names) a Markdown text cites in code spans."""
     paths, dotted, bare = set(), set(), set()
     for span in _CODE.findall(text):
         span = span.strip()
-        paths.update(p for p in _PATH.findall(span) if not any(c in p for c in "{}*<>"))
+        paths.update(_paths(span))
         m = _DOTTED.match(span)
+        if m and m.group(1).rsplit(".", 1)[-1] in ("json", "py", "md", "gin", "txt"):  # a file name, not a module
+            continue
         if m:
             dotted.add(m.group(1).rstrip("."))
             continue
@@ -117,7 +125,7 @@ def cited(text: str) -> tuple[set[str], set[str], set[str]]:
         if m and (m.group(2) or m.group(1)[0].isupper() and any(c.islower() for c in m.group(1))):
             bare.add(m.group(1))
     for heading in re.findall(r"^#+ .*$", text, flags=re.M):
-        paths.update(p for p in _PATH.findall(heading) if not any(c in p for c in "{}*<>"))
+        paths.update(_paths(heading))
     return paths, dotted, bare
 
 
