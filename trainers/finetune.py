@@ -42,8 +42,11 @@ from typing import Any
 import gin
 from absl import flags
 
+from textrain.trainers import gin_configs
+
 FLAGS = flags.FLAGS
 log = logging.getLogger("textrain.finetune")
+
 
 class _QuietGinResourceProbe(logging.Filter):
     """gin's package-resource reader logs an ERROR ("Path not found: _bert.gin") each time it is asked about a
@@ -410,7 +413,6 @@ flags.DEFINE_multi_string("gin_param", [], "Gin binding(s), e.g. \"finetune.lear
 def parse_gin(files: list[str], params: list[str]) -> None:
     """Parse the configs; a bad binding or file is one UserError line naming it."""
     from textrain.framework.cli import UserError
-    from textrain.trainers import gin_configs
 
     _register_gin_tf_io()
     files = gin_configs.prepare(files)  # --gin_file=bert_base.gin: the shipped config of that name
