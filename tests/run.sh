@@ -9,9 +9,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m pip install -q --disable-pip-version-check -e ".[test,zh]"
-python3 -m ruff check .
 export TF_CPP_MIN_LOG_LEVEL=2
 ok_or_none() { local rc=$?; [ $rc -eq 5 ] || exit $rc; }  # pytest's 5: no test selected
+python3 -m ruff check .
 python3 -m pytest -q -m "not slow" "$@" || ok_or_none
 python3 -m pytest -q -m slow "$@" || ok_or_none
 if [ "${TEXTRAIN_SKIP_BEAM:-0}" != 1 ]; then
