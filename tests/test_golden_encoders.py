@@ -31,7 +31,8 @@ AWKWARD = [
     "First line of an odd document.\r\nIts second line, with caf\u00e9, na\u00efve and \u00c9COLE words.",
     "Con\x0btrol char\x1cacters in\x85side words, a z\u200bero-width space and a\x00NUL\ufffd.",
     "Spaces:\u00a0no-break,\u3000ideographic,\u2009thin,\u2028line-sep,\ttab,  two.",
-    "\u039f\u0394\u039f\u03a3 \u0391\u03a3 \u03a3\u039f\u03a6\u039f\u03a3. Stra\u00dfe \u0130stanbul e\u0301t\u00e9 \uff21\uff22.",
+    "\u039f\u0394\u039f\u03a3 \u0391\u03a3 \u03a3\u039f\u03a6\u039f\u03a3. "
+    "Stra\u00dfe \u0130stanbul e\u0301t\u00e9 \uff21\uff22.",
     "\u4e2d\u6587\u5b57\u7b26 mixed\u4e2dwith latin \ud55c\uad6d\uc5b4 \u3072\u3089\u304c\u306a \U0001f600.",
     "supercalifragilistic" * 11 + " a long word; under_score back\\slash 12,345.67 $100 50% \u2014dash\u2014",
     "", " leading", "trailing ", "x\ny",
