@@ -19,11 +19,8 @@ interrupted pretraining resumes from its last checkpoint):
    same vocab;
 4. pretraining, BERT and ELECTRA side by side (--jobs): BERT tiny (2 layers, hidden 128, MLM + NSP) and
    ELECTRA with a 2 x 128 discriminator, for --pretrain_steps steps each, batch 64, Adam (bias-corrected),
-   peak learning rate --pretrain_lr after 10 % linear warmup, linear decay to 0. Why these, not the first
-   version's 1500 steps at 1e-3: that BERT ended at unigram level (MLM loss 6.32, accuracy 0.119) and its
-   ELECTRA discriminator had learned nothing (loss at the 13 % base rate's entropy, recall 0.002), and both
-   pretrained fine-tunes were WORSE than random init. A tiny model in a CPU budget needs the higher rate
-   and more steps. ELECTRA's generator is --generator_size of the discriminator's width (the paper finds
+   peak learning rate --pretrain_lr after 10 % linear warmup, linear decay to 0: a tiny model in a CPU
+   budget needs a high rate and many steps (docs/HISTORY.md, issue #8). ELECTRA's generator is --generator_size of the discriminator's width (the paper finds
    1/4 to 1/2 best; 1/4 of 128 is a 32-wide generator that stays at unigram level) and its samples are
    drawn at --temperature (the original's `temperature` setting, default 1.0): a unigram-level generator
    sampled at 1.0 replaces tokens mostly by frequent function words the tiny discriminator cannot spot;
@@ -38,10 +35,8 @@ interrupted pretraining resumes from its last checkpoint):
 6. XLNet end to end: a tiny XLNet (2 layers, d_model 128) fine-tuned from random initialisation with a
    SentencePiece model trained on the movie train split (XLNet layout: left padding, <cls> last).
 It prints one table and writes --work/results.json. Timings are CPU-seconds of each subprocess (its own
-rusage; the machine was shared, so wall time says little). Budget of the defaults: about 61 CPU-minutes
-in all, i.e. about an hour of one core (measured: datagen 0.4, BERT pretraining 16.5, ELECTRA pretraining
-22.2, 24 fine-tunes 20.3, XLNet 1.1 CPU-minutes); with --jobs 2 on the 2-core machine shared with other
-work, about 75 minutes of wall time. Figures and their reading: benchmarks/README.md.
+rusage; the machine was shared, so wall time says little). The defaults take about an hour of one core
+(the breakdown is in docs/HISTORY.md). Figures and their reading: benchmarks/README.md.
 """
 from __future__ import annotations
 

@@ -11,8 +11,13 @@ export TF_CPP_MIN_LOG_LEVEL=2
 OUT=${DEMO_OUT:-demo_out}
 STEPS=${DEMO_STEPS:-600}
 
-echo "== 1/7 install"
-python3 -m pip install -q --disable-pip-version-check -e .
+# DEMO_SKIP_INSTALL=1: use the textrain already importable (a test run beside other work on one machine).
+if [ "${DEMO_SKIP_INSTALL:-0}" = 1 ]; then
+  echo "== 1/7 install (skipped: DEMO_SKIP_INSTALL=1)"
+else
+  echo "== 1/7 install"
+  python3 -m pip install -q --disable-pip-version-check -e .
+fi
 
 echo "== 2/7 datagen: bert_pretrain on Emma (WordPiece vocab built from the sample, 2 workers)"
 textrain-datagen --problem=bert_pretrain --input_file=tests/data/austen_emma.txt \

@@ -1,17 +1,29 @@
 #!/usr/bin/env bash
-# The test command (README and .ci/run): install the package with its test and Chinese extras, run the whole
-# suite (fast tests first, then the end-to-end runs marked slow), then the Apache Beam runner's tests in a
-# venv of their own: apache-beam needs protobuf<7, which is kept out of the main environment
-# (the venv sees the main packages; only Beam and its pins live in it). TEXTRAIN_SKIP_BEAM=1 skips that part.
+# The test command (README and .ci/run): install the package with its test and Chinese extras, lint (ruff,
+# configured in pyproject.toml), run the whole suite (fast tests first, then the end-to-end runs marked slow),
+# then the tests that need a package kept out of the main environment, each in a venv of its own that sees the
+# main packages:
+# - apache-beam needs protobuf<7 (TEXTRAIN_SKIP_BEAM=1 skips that part);
+# - tensor2tensor (the SubwordTextEncoder parity oracle) pins TF 1-era packages: installed --no-deps, its
+#   text_encoder needs nothing the main environment lacks (TEXTRAIN_SKIP_T2T=1 skips that part).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m pip install -q --disable-pip-version-check -e ".[test,zh,corpora]"
 export TF_CPP_MIN_LOG_LEVEL=2
 ok_or_none() { local rc=$?; [ $rc -eq 5 ] || exit $rc; }  # pytest's 5: no test selected
+python3 -m ruff check .
 python3 -m pytest -q -m "not slow" "$@" || ok_or_none
 python3 -m pytest -q -m slow "$@" || ok_or_none
 if [ "${TEXTRAIN_SKIP_BEAM:-0}" != 1 ]; then
   [ -x .venv-beam/bin/python ] || python3 -m venv --system-site-packages .venv-beam
   .venv-beam/bin/python -m pip install -q --disable-pip-version-check -e ".[beam]"
   .venv-beam/bin/python -m pytest -q -p no:cacheprovider tests/test_beam_datagen.py "$@" || ok_or_none
+fi
+if [ "${TEXTRAIN_SKIP_T2T:-0}" != 1 ]; then
+  [ -x .venv-t2t/bin/python ] || python3 -m venv --system-site-packages .venv-t2t
+  .venv-t2t/bin/python -m pip install -q --disable-pip-version-check --no-deps "tensor2tensor==1.15.7"
+  # Fail here, not skip in the test, when the oracle cannot be imported.
+  .venv-t2t/bin/python -c "from tensor2tensor.data_generators import text_encoder"
+  .venv-t2t/bin/python -m pytest -q -p no:cacheprovider tests/test_text_encoders.py -k tensor2tensor "$@" \
+    || ok_or_none
 fi

@@ -171,7 +171,7 @@ def test_multi_worker_kill_one_worker_then_restart_both_resumes(toy_data, tmp_pa
         assert p.returncode == 0, stderr[-3000:]
         assert _final(stdout)["step"] == 16
     assert f"restored {last} (step {last_step})" in outputs[0][1]
-    assert f"restored" in outputs[1][1]
+    assert "restored" in outputs[1][1]
     w0, w1 = (np.load(os.path.join(dump, f"worker_{i}.npy")) for i in range(2))
     np.testing.assert_array_equal(w0, w1)
     assert tf.train.latest_checkpoint(run).endswith("ckpt-16")

@@ -45,10 +45,10 @@ from typing import Any
 import gin
 from absl import flags
 
+from textrain.trainers import gin_configs
+
 FLAGS = flags.FLAGS
 log = logging.getLogger("textrain.finetune")
-
-REPO_CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
 
 
 class _QuietGinResourceProbe(logging.Filter):
@@ -292,9 +292,7 @@ def parse_gin(files: list[str], params: list[str]) -> None:
     from textrain.framework.errors import UserError
 
     _register_gin_tf_io()
-    gin.add_config_file_search_path(REPO_CONFIGS)
-    for f in files:
-        gin.add_config_file_search_path(os.path.dirname(os.path.abspath(f)))
+    files = gin_configs.prepare(files)  # --gin_file=bert_base.gin: the shipped config of that name
     try:
         gin.parse_config_files_and_bindings(files, params, finalize_config=False)
     except (ValueError, IOError, SyntaxError) as e:
