@@ -28,8 +28,8 @@ setup(
         "gin-config>=0.5",
         # TF 2.21 no longer brings TensorBoard; the trainers write summaries for it.
         "tensorboard==2.21.*",
-        # HF tokenizers gives a Rust WordPiece that matches bert's FullTokenizer ids at >10x its speed
-        # (benchmarks/bench_wordpiece.py); small wheel, no dependency on the full tensorflow wheel.
+        # HF tokenizers: the normaliser and pre-tokeniser the WordPiece vocabulary learner uses, and the optional
+        # backend="hf" of WordpieceEncoder (the default encoder is textrain's own; benchmarks/bench_wordpiece.py).
         "tokenizers>=0.15",
         # BLEU as translation papers report it (detokenised text, its own 13a/zh tokenisers, a signature):
         # textrain-decode --reference_file. Pure Python; installs nothing TensorFlow depends on.

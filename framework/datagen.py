@@ -73,6 +73,15 @@ def _generate_with_beam(problem, num_shards: dict | None) -> dict:
                                       overwrite=FLAGS.overwrite, num_shards=num_shards)
 
 
+def _remove_if_left_empty(directory: str, existed: bool) -> None:
+    """After a failed run: a problem directory this run created and left with nothing but its own lock
+    files (names starting with '.') goes too, so a failure leaves nothing behind."""
+    if existed or not fileio.isdir(directory):
+        return
+    if all(name.startswith(".") for name in fileio.listdir(directory)):
+        fileio.rmtree(directory)
+
+
 def main(argv: list[str]) -> None:
     del argv
     if not FLAGS.problem or not FLAGS.data_dir:
@@ -89,6 +98,16 @@ def main(argv: list[str]) -> None:
         raise
     except ValueError as e:
         raise errors.UserError(str(e)) from None
+    problem_dir = problem.problem_dir(FLAGS.data_dir)
+    existed = fileio.isdir(problem_dir)
+    try:
+        _generate(problem)
+    except BaseException:
+        _remove_if_left_empty(problem_dir, existed)
+        raise
+
+
+def _generate(problem) -> None:
     start = time.time()
     if FLAGS.vocab_only:
         problem.prepare(FLAGS.data_dir, FLAGS.tmp_dir)

@@ -229,7 +229,7 @@ class WordpieceCorpusProblem(Problem):
         fileio.makedirs(os.path.dirname(path))
         lines = (line for p in paths for _, line in corpus.iter_lines(p, self.hparams.on_bad_utf8))
         build_wordpiece_vocab(lines, vocab_size=self.hparams.vocab_size, out_file=path,
-                              do_lower_case=self.hparams.do_lower_case)
+                              do_lower_case=self.hparams.do_lower_case, source=f"--input_file={self.hparams.input_file}")
         logging.info("built %s from %s", path, self.hparams.input_file)
 
     def encoder(self, data_dir: str) -> WordpieceEncoder:

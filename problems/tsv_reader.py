@@ -73,8 +73,9 @@ def read_tsv_rows(paths: Sequence[str], columns: Columns, on_bad_utf8: str = "er
                     continue
                 raise UserError(f"{path}:{lineno}: {len(fields)} tab-separated columns, expected "
                                 f"{expected} (as the {'header' if columns.header else 'first row'}); a tab or "
-                                f"newline inside a text field, or a truncated row? (--on_bad_row=skip leaves "
-                                f"such rows out)")
+                                f"newline inside a text field, or a truncated row? (the setting on_bad_row=skip "
+                                f"leaves such rows out: --on_bad_row=skip for textrain-datagen, "
+                                f"finetune.problem_hparams={{'on_bad_row': 'skip'}} for textrain-finetune)")
             yield Row(index=index, text_a=fields[columns.text_a],
                       text_b=fields[columns.text_b] if columns.text_b is not None else None,
                       label=fields[columns.label].strip() if columns.label is not None else None,

@@ -548,3 +548,17 @@ def test_a_one_megabyte_word_does_not_stall_vocab_learning(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     vocab = (tmp_path / "data" / "bert_pretrain" / "vocab.txt").read_text().split("\n")
     assert "[UNK]" in vocab and not any(len(t) > 200 for t in vocab)
+
+
+def test_a_corpus_of_one_long_word_is_one_line_naming_the_flag_and_leaves_nothing(tmp_path):
+    """One 1 MB line without spaces and nothing else: the error names --input_file and why there are no words
+    (all longer than BERT's word limit), not a Python object; the problem directory it made is gone."""
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("ab" * (1 << 19) + "\n")
+    proc = _run(["textrain.framework.datagen", "--problem=bert_pretrain", f"--data_dir={tmp_path / 'data'}",
+                 f"--input_file={corpus}", "--vocab_size=200", "--max_seq_length=32"], env=_env(), timeout=300)
+    last = proc.stderr.strip().splitlines()[-1]
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert last.startswith(f"textrain-datagen: error: --input_file={corpus}: no word to build a WordPiece vocab")
+    assert "longer than 200 characters" in last and "generator object" not in last
+    assert not (tmp_path / "data" / "bert_pretrain").exists()

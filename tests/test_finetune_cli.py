@@ -143,6 +143,18 @@ def test_a_misspelt_model_override_is_one_line_naming_it(tmp_path, task, model):
     assert last.startswith("textrain-finetune: error:") and "num_hiden_layers" in last
 
 
+def test_a_bad_tsv_row_names_the_setting_as_finetune_takes_it(tmp_path, task):
+    bad = tmp_path / "bad.tsv"
+    bad.write_text("sentence\tlabel\nEmma was rich.\tnarration\nA row with no label\n", encoding="utf-8")
+    hp = {"train_file": str(bad)}
+    proc = finetune("finetune.model='bert_classifier'", "finetune.task='tsv_classification'",
+                    f"finetune.problem_hparams={hp!r}", f"finetune.vocab_file='{task['vocab']}'",
+                    f"finetune.data_dir='{tmp_path / 'd'}'", f"finetune.model_dir='{tmp_path / 'm'}'")
+    last = proc.stderr.strip().splitlines()[-1]
+    assert proc.returncode == 1 and f"{bad}:3:" in last, proc.stderr[-2000:]
+    assert "finetune.problem_hparams={'on_bad_row': 'skip'}" in last
+
+
 # ------------------------------------------------------------------------------------------ slow
 @pytest.mark.slow
 def test_bert_cli_trains_evaluates_predicts_and_exports(tmp_path, task):

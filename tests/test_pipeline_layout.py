@@ -84,3 +84,36 @@ def test_tpu_contract_iterations_per_loop_is_steps_per_call_and_logs_between_cal
     steps = []
     gpu.train(callbacks=[lambda fig: steps.append(fig["step"])])
     assert steps == [100, 200, 300]  # the GPU trainer's loops end at every log_steps boundary, as before
+
+
+@pytest.mark.parametrize("hosts,cores", [(1, 8), (4, 8), (32, 8)])
+def test_xlnet_per_host_batch_checks_agree_on_a_pod(hosts, cores):
+    """The trainer's manifest check and xlnet_pretrain's dataset check count the same per-host batch: with
+    bsz_per_host=32 a global batch of 32 x hosts passes both, any other fails both (before, with more than one
+    host one of the two refused every batch size)."""
+    from absl import flags
+
+    from textrain.framework.errors import SettingsMismatchError
+    from textrain.problems import xlnet_pretrain as xp
+    from textrain.trainers import launch
+
+    hp = xp.XlnetPretrainHParams(bsz_per_host=32, num_core_per_host=cores)
+    manifest = {"settings": {"bsz_per_host": 32, "num_core_per_host": cores}}
+    layout = core.PipelineLayout.of(tf.distribute.InputContext(hosts, 0, hosts * cores))
+    launch.define_all_flags([])
+    try:
+        for global_batch, ok in ((32 * hosts, True), (32 * hosts * 2, False)):
+            flags.FLAGS.unparse_flags()
+            flags.FLAGS(["textrain-train-tpu", f"--train_batch_size={global_batch}"])
+            outcomes = []
+            for check in (lambda: launch.check_run_settings(manifest, xp.XlnetPretrainHParams, layout),
+                          lambda: xp.check_batch_layout(hp, global_batch, tf.distribute.InputContext(
+                              hosts, hosts - 1, hosts * cores))):
+                try:
+                    check()
+                    outcomes.append(True)
+                except SettingsMismatchError:
+                    outcomes.append(False)
+            assert outcomes == [ok, ok], (global_batch, outcomes)
+    finally:
+        flags.FLAGS.unparse_flags()

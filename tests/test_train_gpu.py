@@ -215,3 +215,15 @@ def test_bert_end_to_end_datagen_then_cli(tmp_path):
 
 if __name__ == "__main__":
     print(textwrap.dedent(__doc__))
+
+
+def test_a_run_that_fails_before_its_first_checkpoint_leaves_no_model_dir(toy_data, tmp_path):
+    """Without --seed the run records its data seed and opens its summaries before the model is built; when
+    building then fails, none of it stays (a later run would otherwise look like a resume)."""
+    usr, data = toy_data
+    run = tmp_path / "run"
+    cmd = [c for c in _train_cmd(usr, data, str(run), "--train_batch_size=15", "--num_gpus=2") if c != "--seed=1"]
+    proc = subprocess.run(cmd, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines()[-1].startswith("textrain-train-gpu: error:")
+    assert not run.exists(), sorted(p.name for p in run.iterdir())

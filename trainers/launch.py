@@ -45,8 +45,10 @@ def missing_required_flags() -> list[str]:
     return [f"--{n}" for n in REQUIRED if not FLAGS[n].value]
 
 
-def check_run_settings(manifest: dict, hparams_cls: type, num_input_pipelines: int) -> None:
-    """Refuse command-line settings that disagree with how the data was made."""
+def check_run_settings(manifest: dict, hparams_cls: type, layout) -> None:
+    """Refuse command-line settings that disagree with how the data was made. `layout`: the run's
+    `core.PipelineLayout` (per-host data such as XLNet's bsz_per_host is checked per input pipeline: per host
+    on a TPU pod, per worker under MultiWorkerMirroredStrategy, as the problem's own dataset check counts)."""
     from textrain.framework.errors import SettingsMismatchError
     from textrain.framework.flags import given_flags
     from textrain.framework.manifests import check_settings
@@ -55,10 +57,10 @@ def check_run_settings(manifest: dict, hparams_cls: type, num_input_pipelines: i
     names |= set(SHARED_SETTINGS)
     check_settings(manifest, given_flags(sorted(names)), source="the command line")
     per_host = manifest.get("settings", {}).get("bsz_per_host")
-    if per_host and FLAGS.train_batch_size // num_input_pipelines != per_host:
+    if per_host and FLAGS.train_batch_size // layout.num_pipelines != per_host:
         raise SettingsMismatchError(
-            f"--train_batch_size={FLAGS.train_batch_size} gives {FLAGS.train_batch_size // num_input_pipelines} "
-            f"rows per worker, but the data was made with bsz_per_host={per_host}")
+            f"--train_batch_size={FLAGS.train_batch_size} gives {FLAGS.train_batch_size // layout.num_pipelines} "
+            f"rows per input pipeline ({layout.describe()}), but the data was made with bsz_per_host={per_host}")
 
 
 def problem_hparams_for_training(problem_cls: type, manifest: dict) -> Any:
@@ -141,7 +143,7 @@ def run_spec_from_flags(strategy, config_overrides: dict | None = None):
         # The manifest check first: a flag that disagrees with the data is named as such, not as
         # whichever invariant of the problem's settings it happens to break (XLNet's
         # --num_core_per_host vs bsz_per_host).
-        check_run_settings(manifest, problem_cls.HParams, context.num_input_pipelines)
+        check_run_settings(manifest, problem_cls.HParams, core.PipelineLayout.of(context))
         hparams = problem_hparams_for_training(problem_cls, manifest)
         problem = problem_cls(hparams)
     except ValueError as e:

@@ -144,7 +144,6 @@ def run(spec: RunSpec, strategy=None, *, check_dataset: Callable[[Any], None] | 
     import tensorflow as tf
 
     from textrain.framework.errors import UserError
-    from textrain.framework.problem import DataParams, ModeKeys
     from textrain.trainers import core
 
     logging.getLogger("textrain").setLevel(logging.INFO)
@@ -157,6 +156,31 @@ def run(spec: RunSpec, strategy=None, *, check_dataset: Callable[[Any], None] | 
         raise UserError(f"problem {spec.problem.name!r}: {e}") from None
     manifest = problem.read_manifest(spec.data_dir, "train")
     context = core.input_context(strategy)
+    fresh = context.num_input_pipelines == 1 and not tf.io.gfile.exists(spec.model_dir)
+    try:
+        return _run(spec, strategy, problem, manifest, context, check_dataset)
+    except BaseException:
+        if fresh:
+            _remove_if_no_checkpoint(spec.model_dir)
+        raise
+
+
+def _remove_if_no_checkpoint(model_dir: str) -> None:
+    """A run that failed before its first checkpoint leaves no model_dir behind (its data seed, lock and empty
+    summaries would only make the next run look like a resume)."""
+    import tensorflow as tf
+
+    if tf.io.gfile.exists(model_dir) and not tf.train.latest_checkpoint(model_dir):
+        tf.io.gfile.rmtree(model_dir)
+
+
+def _run(spec: RunSpec, strategy, problem, manifest: dict, context, check_dataset) -> RunResult:
+    import tensorflow as tf
+
+    from textrain.framework.errors import UserError
+    from textrain.framework.problem import DataParams, ModeKeys
+    from textrain.trainers import core
+
     seed = (data_seed(spec.model_dir, spec.seed, context.input_pipeline_id) if spec.input.record_data_seed
             else spec.seed)
     params = DataParams(batch_size=spec.train.global_batch_size, max_length=spec.input.max_length,

@@ -20,7 +20,7 @@ from textrain.framework.encoders.wordpiece import hf_bert_pipeline
 
 def build_wordpiece_vocab(inputs: str | Sequence[str] | Iterable[str], vocab_size: int,
                           out_file: str, do_lower_case: bool = True, min_frequency: int = 2,
-                          limit_alphabet: int = 1000) -> str:
+                          limit_alphabet: int = 1000, source: str | None = None) -> str:
     """Learn a WordPiece vocabulary and write a bert-style vocab.txt; returns out_file.
 
     `inputs`: file paths/globs (a str or list of str; .gz ok; gs:// ok) or an iterator of lines
@@ -29,6 +29,7 @@ def build_wordpiece_vocab(inputs: str | Sequence[str] | Iterable[str], vocab_siz
     implementation); the pieces are learned by `learn_wordpiece` — deterministic, unlike HF's trainer,
     whose ties fall to hash order, so the same corpus always gives the same vocab (and datagen's
     byte-identical shards hold from raw text on). [PAD] [UNK] [CLS] [SEP] [MASK] get ids 0-4.
+    `source` names the text in errors when `inputs` is an iterator (e.g. the --input_file pattern).
     """
     from tokenizers import Tokenizer, models
     if vocab_size <= len(BERT_SPECIAL_TOKENS):
@@ -37,14 +38,24 @@ def build_wordpiece_vocab(inputs: str | Sequence[str] | Iterable[str], vocab_siz
     hf_bert_pipeline(tokenizer, do_lower_case)
     normalize, pre_tokenize = tokenizer.normalizer.normalize_str, tokenizer.pre_tokenizer.pre_tokenize_str
     word_counts: collections.Counter = collections.Counter()
+    too_long = 0
     for line in iter_text_lines(inputs):
         if line.strip():
             # A word longer than MAX_INPUT_CHARS_PER_WORD is [UNK] when encoding, so it has nothing to
             # teach; skipping it also keeps learning linear in the input (merging inside one
             # 20,000-character word is quadratic in its length).
-            word_counts.update(w for w, _ in pre_tokenize(normalize(line)) if len(w) <= MAX_INPUT_CHARS_PER_WORD)
+            words = [w for w, _ in pre_tokenize(normalize(line))]
+            kept = [w for w in words if len(w) <= MAX_INPUT_CHARS_PER_WORD]
+            too_long += len(words) - len(kept)
+            word_counts.update(kept)
     if not word_counts:
-        raise ValueError(f"no text to build a WordPiece vocab from ({inputs!r})")
+        where = source or (inputs if isinstance(inputs, str) else
+                           ",".join(inputs) if isinstance(inputs, (list, tuple)) else "the input")
+        if too_long:
+            raise ValueError(f"{where}: no word to build a WordPiece vocab from: all {too_long} word(s) are longer "
+                             f"than {MAX_INPUT_CHARS_PER_WORD} characters, which BERT's tokenizer makes [UNK] "
+                             f"(text without spaces? split it into words or sentences first)")
+        raise ValueError(f"{where}: no text to build a WordPiece vocab from (every line is blank)")
     pieces = learn_wordpiece(word_counts, vocab_size - len(BERT_SPECIAL_TOKENS), min_frequency,
                              limit_alphabet)
     tokens = list(BERT_SPECIAL_TOKENS) + [p for p in pieces if p not in BERT_SPECIAL_TOKENS]
