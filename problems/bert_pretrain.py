@@ -66,20 +66,8 @@ Decisions that differ from the original, on purpose:
   (framework.encoders.build_wordpiece_vocab) into `{data_dir}/bert_pretrain/vocab.txt`, reused on
   re-runs. The manifest records the real size and the vocab's sha256.
 
-Speed (issue #12; benchmarks/bench_bert_datagen.py, figures in benchmarks/README.md). The shards are
-byte-identical to those of the code before this work (tests/test_bert_golden.py). Where a shard's CPU goes
-(5 MB, 8 shards, in-process): serializing records ~43 %, pairs + masking ~25 %, tokenizing ~24 %, reading ~8 %;
-a datagen process also pays ~3 s of TensorFlow import. What was done:
-- Reading: a shard's scan of the corpus skips the other shards' documents without decoding or splitting
-  them (`corpus.iter_document_texts(keep=document_selector(...))`).
-- Tokenizing once per shard: each document is one `WordpieceEncoder.encode_flat` call (a split at " " and
-  a cache look-up per chunk, ids packed into one int32 array, no list per line); the dupe passes reuse the
-  ids. With a word segmenter the per-line path stays (the segmenter needs each line's ids).
-- Pairs: a chunk's end is found by bisection over the sentence bounds instead of a loop over sentences;
-  `randint` draws straight from `getrandbits` (the very draws of `random.Random.randint`).
-- Masking: the chosen positions are sorted with np.nonzero instead of a full argsort per batch.
-- Records: batches go to the writer as `records.SampleBatch` columns (no dict per instance).
-- `gc.freeze()` per shard: the collector stops traversing TensorFlow's objects (~10 % of the CPU).
+Speed: the shards are byte-identical to the per-example code's (tests/test_bert_golden.py); how the CPU
+was brought down is in docs/HISTORY.md (issue #12).
 """
 from __future__ import annotations
 

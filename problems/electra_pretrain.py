@@ -36,18 +36,8 @@ Decisions that differ from the original, on purpose:
   strips when lower-casing, as BERT does); that combination is refused up front rather than silently ignored.
 - The manifest records the vocab's real size, its sha256, and the ids of [PAD] [CLS] [SEP] [MASK]: the model masks
   in the graph and reads them from there (a vocab built here has them at 0-4, Google's at 0/101/102/103).
-- Speed (issue #12; profiles and figures in benchmarks/README.md): every shard takes its round-robin documents
-  from the corpus; the first shard a process runs scans the corpus at C speed (framework.corpus's block reader:
-  other shards' documents are counted, never copied or split into lines) and records where every document lies
-  (corpus.DocumentSpans), so the process's later shards read only their own documents. By default (no
-  carry_overflow, no whole-word masking) the ids stay in arrays: the raw texts of ~2048 lines at a time are
-  encoded by one `WordpieceEncoder.encode_lines_flat` call (ids of all lines in one array and each line's
-  count), the builder chooses ranges of that array (`add_document_spans`, `segment_ranges`) and
-  `range_columns` gathers the three [N, L] int64 features with numpy; records.SampleBatch serializes them
-  column-wise (no tf.train.Example, no per-value Python). carry_overflow and whole-word masking take the list
-  path (`encode_lines`, `add_document`, `segment_columns`); both paths make the same examples (tests). What is
-  left is mostly WordPiece (~2/3 of the CPU on English prose: per-chunk cache look-ups and the misses).
-  The bytes are those of the per-example path (tests/test_electra_golden.py pins them to the branch point's).
+- Speed: one corpus scan per process (corpus.DocumentSpans), ids kept in arrays on the default path; the
+  measurements and both paths are described in docs/HISTORY.md (issue #12).
 """
 from __future__ import annotations
 

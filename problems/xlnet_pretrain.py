@@ -44,14 +44,8 @@ Decisions (where we differ from the original, on purpose):
   Passes are appended to the same shard file.
 - The sampling is vectorised with numpy over many records at once (same distributions as the
   original's per-record Python loops, not the same random draws: the original is not seeded).
-- Speed (issue #12; benchmarks/bench_xlnet_datagen.py has the figures): text is encoded in chunks
-  of ~1 MB of characters by one SentencePiece batch call (`SentencePieceEncoder.encode_batch_flat`)
-  and turned into sentence ids without a Python step per line (`documents_from_ids`); a worker
-  reads the corpus forward once for all its shards (`_DocumentCursor`) instead of from the start
-  for each; the top-up of the masks ranks keys with one sort (`smallest_keys`). The records are
-  byte-identical to those of the code before (tests/test_xlnet_pretrain.py holds their sha256s).
-  Memory: one shard's ids (5 bytes a token) and 4096 records at a time, so a worker's peak is the
-  TensorFlow import plus ~corpus/num_shards; raise --num_shards with the corpus to keep it flat.
+- Speed: text is encoded in ~1 MB chunks by one SentencePiece call and a worker reads the corpus once for
+  all its shards; memory is one shard's ids plus 4096 records (docs/HISTORY.md, issue #12).
 - perm_size = 0 means reuse_len (the original's README uses perm_size = reuse_len).
 - `after_split` also writes the original's `corpus_info.json` and one combined
   `record_info-{split}-0-0.bsz-...json` listing every shard; the original reader takes only the first

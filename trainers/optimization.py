@@ -29,15 +29,9 @@ Decisions:
   encoder layer_N N+1, task heads n_layers+2 — see `electra_depth_fn`).
 - `skip` (a boolean tensor) makes the whole update a no-op (slots, params and the iteration counter all
   untouched): the loop uses it for a non-finite loss or non-finite fp16 gradients.
-- Fused update: each variable's update (the formulas above, unchanged) runs as ONE XLA-compiled function
-  (`jit_update=True`, the default), which fuses its ~12 elementwise passes over the parameter, gradient and
-  slots into one loop: 3.3x less CPU than the op-by-op graph on a 24M-parameter tensor (0.047 vs 0.155
-  CPU-s per update, 2-core AVX-512 CPU), where every op otherwise reads and writes a parameter-sized
-  tensor. TensorFlow's own `ApplyAdam` kernel was rejected: it computes `1 - beta_2` in float32
-  (0.00099998713, not 0.001), so it is not BERT's formula to 1e-5 (tests/test_optimization.py). One
-  compilation per distinct (shape, decay) signature (~0.5 s each), so only variables of at least
-  `JIT_MIN_SIZE` elements are fused: there the passes cost milliseconds each; below it the graph's
-  per-op overhead dominates and a compilation would not pay back in a short run (or a test).
+- Fused update: each large variable's update runs as ONE XLA-compiled function (the same formulas, one
+  pass instead of ~12); TensorFlow's ApplyAdam computes 1 - beta_2 in float32, so it is not used. The
+  measurements are in docs/HISTORY.md (issue #12).
 """
 from __future__ import annotations
 
