@@ -18,6 +18,8 @@ if [ "${TEXTRAIN_SKIP_BEAM:-0}" != 1 ]; then
   [ -x .venv-beam/bin/python ] || python3 -m venv --system-site-packages .venv-beam
   .venv-beam/bin/python -m pip install -q --disable-pip-version-check -e ".[beam]"
   .venv-beam/bin/python -m pytest -q -p no:cacheprovider tests/test_beam_datagen.py "$@" || ok_or_none
+  # The corpus formats through the Beam runner (Parquet in, the plain-text shards out).
+  .venv-beam/bin/python -m pytest -q -p no:cacheprovider tests/test_corpus_formats.py -k beam "$@" || ok_or_none
 fi
 if [ "${TEXTRAIN_SKIP_T2T:-0}" != 1 ]; then
   [ -x .venv-t2t/bin/python ] || python3 -m venv --system-site-packages .venv-t2t
