@@ -35,6 +35,7 @@ from textrain.models.layers.fused import LayerNormalization, sparse_softmax_cros
 
 from textrain.framework.registry import register_model
 from textrain.models.base import StepOutput, Term, TrainableModel
+from textrain.models import hf_format
 from textrain.models.checkpoints import load_tf1_checkpoint
 from textrain.models.task_heads import ClassifierModel, num_labels_from_manifest, task_type_from_manifest
 from textrain.models.layers.activations import get_activation
@@ -441,7 +442,10 @@ def config_from_settings(size: str | None, config_file: str | None, overrides: d
     """(config, where it came from): the json file if given, else the preset (default base) with the
     data's vocab_size; `overrides` replace single fields (e.g. a tiny test model)."""
     settings = (manifest or {}).get("settings") or {}
-    if config_file:
+    if config_file and hf_format.is_hf_directory(config_file):  # a Hugging Face model's config.json
+        values = hf_format.bert_config_dict(hf_format.read_config(config_file), config_file)
+        config, source = BertConfig.from_dict(values, source=config_file), config_file
+    elif config_file:
         config, source = BertConfig.from_json_file(config_file), config_file
     else:
         size = size or "base"

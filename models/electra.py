@@ -52,6 +52,7 @@ from textrain.models.layers.dense import Dense
 from textrain.framework.registry import register_model
 from textrain.models.base import StepOutput, Term, TrainableModel
 from textrain.models.bert import BertConfig, MaskedLMHead, check_data_fits, encoder_from_config
+from textrain.models import hf_format
 from textrain.models.checkpoints import load_tf1_checkpoint
 from textrain.models.task_heads import ClassifierModel, num_labels_from_manifest, task_type_from_manifest
 from textrain.models.layers.activations import get_activation
@@ -577,7 +578,10 @@ def config_from_settings(size: str | None, config_file: str | None, overrides: d
     """A fine-tuning model's config (every ELECTRA fine-tuning head): a size preset (default small)
     with the data's vocab size, or a config json; `overrides` replace fields. Refuses data it cannot embed."""
     settings = (manifest or {}).get("settings") or {}
-    if config_file:
+    if config_file and hf_format.is_hf_directory(config_file):  # a Hugging Face discriminator's config.json
+        values = hf_format.electra_config_dicts(hf_format.read_config(config_file), None, config_file)
+        config, source = ElectraConfig.from_dict(values, source=config_file), config_file
+    elif config_file:
         config, source = ElectraConfig.from_json_file(config_file), config_file
     else:
         size = size or "small"

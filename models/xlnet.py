@@ -40,6 +40,7 @@ from absl import logging
 
 from textrain.framework.registry import register_model
 from textrain.models.base import StepOutput, Term, TrainableModel
+from textrain.models import hf_format
 from textrain.models.checkpoints import backing_variable
 from textrain.models.task_heads import ClassifierModel, num_labels_from_manifest, task_type_from_manifest
 from textrain.models.layers.fused import sparse_softmax_cross_entropy
@@ -536,6 +537,10 @@ def config_from_settings(size: str | None, config_file: str | None, overrides: d
     data's vocab size, or an xlnet_config.json; `overrides` may hold model keys and run settings."""
     overrides = dict(overrides or {})
     run = {k: overrides.pop(k) for k in list(overrides) if k not in MODEL_KEYS}
+    if config_file and hf_format.is_hf_directory(config_file):  # a Hugging Face model's config.json
+        values = hf_format.xlnet_config_dict(hf_format.read_config(config_file), config_file)
+        config = XLNetConfig(**{k: values[k] for k in MODEL_KEYS}, **run)
+        return dataclasses.replace(config, **overrides) if overrides else config
     if config_file:
         config = XLNetConfig.from_json(config_file, **run)
         return dataclasses.replace(config, **overrides) if overrides else config

@@ -449,13 +449,12 @@ def test_from_textrain_run_with_size_labels_and_vocab(tmp_path):
 
 
 def test_finetune_init_checkpoint_is_an_hf_directory(tmp_path):
-    """textrain-finetune with finetune.init_checkpoint = an HF directory: the encoder loads, the head starts
-    fresh; finetune.init_head=True takes the HF classifier's head, refused here (3 HF labels, 2 task labels)."""
+    """textrain-finetune with finetune.init_checkpoint = an HF directory and bert_base.gin: the HF config.json
+    decides the architecture (not the gin file's size), the encoder loads, the head starts fresh;
+    finetune.init_head=True takes the HF classifier's head, refused here (3 HF labels, 2 task labels)."""
     import subprocess
     import sys
     arch = "BertForSequenceClassification"
-    with open(tmp_path / "bert_config.json", "w") as f:
-        json.dump(convert.read_hf(fixture(arch)).config, f)
     rows = ["She said hello\tspeech", "He walked home\tnarration"] * 20
     for split in ("train", "dev"):
         (tmp_path / f"{split}.tsv").write_text("sentence\tlabel\n" + "\n".join(rows) + "\n")
@@ -464,7 +463,6 @@ def test_finetune_init_checkpoint_is_an_hf_directory(tmp_path):
     def finetune(model_dir: str, *extra: str) -> subprocess.CompletedProcess:
         params = ["finetune.task='tsv_classification'", f"finetune.problem_hparams={hp!r}",
                   f"finetune.data_dir='{tmp_path / 'data'}'", f"finetune.model_dir='{tmp_path / model_dir}'",
-                  f"finetune.model_config_file='{tmp_path / 'bert_config.json'}'",
                   f"finetune.vocab_file='{os.path.join(fixture(arch), 'vocab.txt')}'",
                   f"finetune.init_checkpoint='{fixture(arch)}'", "finetune.max_seq_length=16",
                   "finetune.train_batch_size=8", "finetune.eval_batch_size=8", "finetune.num_train_steps=2", *extra]
@@ -477,6 +475,7 @@ def test_finetune_init_checkpoint_is_an_hf_directory(tmp_path):
     proc = finetune("fresh_head")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "initialised" in proc.stderr and "encoder variables from" in proc.stderr
+    assert f"model config from {fixture(arch)}/config.json" in proc.stderr
     proc = finetune("hf_head", "finetune.init_head=True")
     assert proc.returncode != 0
     last = proc.stderr.strip().splitlines()[-1]
@@ -525,3 +524,21 @@ def test_sentencepiece_vocabulary_checked_and_kept(tmp_path):
                                              model_prefix=str(tmp_path / "sp80"), vocab_size=80, num_threads=1)
     shutil.copy(tmp_path / "sp80.model", os.path.join(path, "spiece.model"))
     assert "80 entries but the word embedding has 99 rows" in _one_line_error(tmp_path, from_hf=path)
+
+
+@pytest.mark.parametrize("family,arch", [("bert", "BertModel"), ("electra", "ElectraForPreTraining"),
+                                         ("xlnet", "XLNetModel")])
+def test_an_hf_directory_is_a_model_config(family, arch):
+    """config_file = an HF directory (what finetune passes for an HF init_checkpoint): its config.json's
+    architecture, whatever size preset is also named."""
+    import importlib
+
+    module = importlib.import_module(f"textrain.models.{family}")
+    hf = json.load(open(os.path.join(fixture(arch), "config.json")))
+    config = module.config_from_settings("base", fixture(arch), None, None)
+    config = config[0] if isinstance(config, tuple) else config
+    width = hf.get("hidden_size") or hf.get("d_model")
+    depth = hf.get("num_hidden_layers") or hf.get("n_layer")
+    got = (getattr(config, "hidden_size", None) or getattr(config, "d_model"),
+           getattr(config, "num_hidden_layers", None) or getattr(config, "n_layer"))
+    assert got == (width, depth)

@@ -133,6 +133,7 @@ def finetune(
     """
     from textrain.framework import errors, registry
     from textrain.trainers import core
+    from textrain.models import hf_format
     from textrain.trainers.run import make_strategy, run
     from textrain.trainers.run_spec import (EvalSpec, ExportSpec, InputSpec, ModelSpec, OptimizerSpec, PredictSpec,
                                             ProblemSpec, RunSpec, StrategySpec)
@@ -162,6 +163,10 @@ def finetune(
         raise errors.UserError(f"finetune.num_train_steps is {num_train_steps} ({train_examples} train examples, "
                                f"batch {train_batch_size}, {num_train_epochs} epochs): bind a positive value")
     num_warmup_steps = int(num_train_steps * warmup_proportion)
+    if init_checkpoint and not model_config_file and hf_format.is_hf_directory(init_checkpoint):
+        # A Hugging Face model brings its architecture: its config.json decides, not the gin file's size preset.
+        model_config_file = init_checkpoint
+        log.info("model config from %s/config.json (model_size %r not used)", init_checkpoint, model_size)
     spec = RunSpec(
         problem=ProblemSpec(task, problem.hparams),
         model=ModelSpec(model, dict(num_labels=num_labels, task_type=task_type, size=model_size,
