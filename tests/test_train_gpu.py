@@ -227,3 +227,18 @@ def test_a_run_that_fails_before_its_first_checkpoint_leaves_no_model_dir(toy_da
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     assert proc.stderr.strip().splitlines()[-1].startswith("textrain-train-gpu: error:")
     assert not run.exists(), sorted(p.name for p in run.iterdir())
+
+
+def test_a_run_saved_on_two_replicas_resumes_on_one(toy_data, tmp_path):
+    """Issue 24 finding 7 through the CLI: --num_gpus=2, then the same model_dir with --num_gpus=1 (a GPU job
+    moved to a smaller box) resumes; the log says the input position was re-derived from the step."""
+    usr, data = toy_data
+    run = str(tmp_path / "run")
+    first = subprocess.run(_train_cmd(usr, data, run, "--num_gpus=2"), cwd=REPO, env=_env(), capture_output=True,
+                           text=True, timeout=300)
+    assert first.returncode == 0, first.stderr[-3000:]
+    moved = subprocess.run(_train_cmd(usr, data, run, "--num_gpus=1", "--num_train_steps=9"), cwd=REPO, env=_env(),
+                           capture_output=True, text=True, timeout=300)
+    assert moved.returncode == 0, moved.stderr[-3000:]
+    assert _final(moved.stdout)["step"] == 9
+    assert "re-derived from the step (exact" in moved.stderr and "Traceback" not in moved.stderr
