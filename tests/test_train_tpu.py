@@ -82,12 +82,12 @@ def reference(toy_data, tmp_path_factory) -> str:
 def test_iterations_per_loop_5_equals_1(toy_data, reference, tmp_path):
     run = str(tmp_path / "ipl5")
     proc = _run(_tpu_cmd(toy_data, run, "--num_core_per_host=2", "--num_train_steps=20",
-                         "--iterations_per_loop=5", "--save_checkpoints_steps=5"))
+                         "--iterations_per_loop=5", "--save_checkpoints_steps=5", "--log_steps=5"))
     out = _final(proc.stdout)
     assert out["step"] == 20 and np.isfinite(out["loss"]) and "MirroredStrategy" in proc.stderr
-    # 4 device loops of 5 steps (a progress line per loop at most every --log_steps=100: one per loop here).
-    assert proc.stderr.count("step 5/20") == 1 and proc.stderr.count("step 20/20") == 1
-    assert "step 1/20" not in proc.stderr
+    # 4 device calls of 5 steps, a progress line between calls (at most one per call).
+    assert [proc.stderr.count(f"step {s}/20") for s in (5, 10, 15, 20)] == [1, 1, 1, 1]
+    assert "step 1/20" not in proc.stderr and "step 6/20" not in proc.stderr
     ref, got = _checkpoint_weights(reference), _checkpoint_weights(run)
     assert ref.keys() == got.keys()
     for name in ref:
