@@ -133,3 +133,77 @@ def test_kill_minus_9_and_resume_equals_the_uninterrupted_run(model, tmp_path):
     assert any(name.startswith("rng/") for name in want)  # the random streams are in the checkpoint
     for name in want:
         np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+
+
+def _two_workers(cmd: list[str]) -> list[subprocess.Popen]:
+    """The same command as 2 MultiWorkerMirroredStrategy workers on 127.0.0.1 (one input pipeline each)."""
+    import socket
+
+    socks = [socket.socket() for _ in range(2)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    cluster = {"worker": [f"127.0.0.1:{s.getsockname()[1]}" for s in socks]}
+    for s in socks:
+        s.close()
+    return [subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env=dict(_env(), TF_CONFIG=json.dumps({"cluster": cluster,
+                                                                    "task": {"type": "worker", "index": i}})))
+            for i in range(2)]
+
+
+def _finish(procs: list[subprocess.Popen]) -> list[tuple[str, str]]:
+    outputs = [p.communicate(timeout=600) for p in procs]
+    for p, (_, stderr) in zip(procs, outputs):
+        assert p.returncode == 0, stderr[-3000:]
+    return outputs
+
+
+@pytest.mark.slow
+def test_xlnet_on_two_workers_kill_minus_9_and_resume_equals_the_uninterrupted_run(tmp_path):
+    """XLNet with per-host (bsz_per_host) data and memories on 2 real worker processes, killed with -9 and
+    restarted: the same losses and final weights as the uninterrupted 2-worker run (each worker's iterator and
+    memories come back from its own input-pipeline checkpoint)."""
+    data = str(tmp_path / "data")
+    gen = subprocess.run(_cli("framework.datagen", f"--input_file={EMMA}", f"--data_dir={data}",
+                              f"--tmp_dir={tmp_path}", "--seed=3", "--problem=xlnet_pretrain", "--vocab_size=500",
+                              "--seq_len=32", "--reuse_len=16", "--num_predict=5", "--bsz_per_host=4",
+                              "--num_core_per_host=1", "--bi_data"),
+                         cwd=REPO, env=_env(), capture_output=True, text=True, timeout=300)
+    assert gen.returncode == 0, gen.stderr[-3000:]
+
+    def train(model_dir: str) -> list[str]:
+        return _cli("trainers.train_gpu", "--problem=xlnet_pretrain", "--model=xlnet", "--n_layer=2", "--d_model=32",
+                    "--n_head=2", "--d_head=16", "--d_inner=64", "--mem_len=16", "--dropout=0.1", "--dropatt=0.1",
+                    "--strategy=multi_worker", "--train_batch_size=8", "--seq_len=32", "--reuse_len=16",
+                    "--num_predict=5", f"--data_dir={data}", f"--model_dir={model_dir}",
+                    f"--num_train_steps={STEPS}", f"--save_checkpoints_steps={SAVE_EVERY}", "--iterations_per_loop=1",
+                    "--log_steps=1", "--num_warmup_steps=5", "--learning_rate=1e-3", "--seed=7")
+
+    reference = str(tmp_path / "reference")
+    ref = _finish(_two_workers(train(reference)))
+    killed = str(tmp_path / "killed")
+    first = _two_workers(train(killed))
+    start = time.time()
+    while not (tf.train.latest_checkpoint(killed)
+               and tf.io.gfile.glob(os.path.join(killed, "input_pipeline_1", "*.index"))):
+        assert all(p.poll() is None for p in first), [p.communicate()[1][-3000:] for p in first]
+        assert time.time() - start < 600, "timed out waiting for the first checkpoint"
+        time.sleep(0.02)
+    for p in first:
+        p.send_signal(signal.SIGKILL)
+    for p in first:
+        p.communicate()
+        assert p.returncode == -signal.SIGKILL
+    last = int(tf.train.latest_checkpoint(killed).rsplit("-", 1)[1])
+    assert last < STEPS
+    resumed = _finish(_two_workers(train(killed)))
+
+    for (_, want), (stdout, got) in zip(ref, resumed):
+        losses = _losses(got)
+        assert sorted(losses) == list(range(last + 1, STEPS + 1))
+        assert {s: _losses(want)[s] for s in losses} == losses
+    assert _final(resumed[0][0]) == _final(ref[0][0])
+    want_vars, got_vars = _variables(reference), _variables(killed)
+    assert sorted(want_vars) == sorted(got_vars)
+    for name in want_vars:
+        np.testing.assert_array_equal(got_vars[name], want_vars[name], err_msg=name)
