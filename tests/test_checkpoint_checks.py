@@ -64,3 +64,28 @@ def test_a_missing_checkpoint_names_itself(tmp_path, pretrained):
     with pytest.raises(cc.UserError, match="is a directory without a checkpoint"):
         cc.resolve_checkpoint(str(tmp_path))
     assert cc.resolve_checkpoint(path) == path
+
+
+def test_xlnet_init_checkpoint_loads_every_layer_norm(tmp_path):
+    """XLNet's LayerNorm weights all have the Keras path `LayerNorm/gamma|beta`: loading by path would set one
+    pair and leave the others at their initial values without a word. Such a model is restored through the
+    checkpoint's object graph, every variable matched."""
+    from textrain.models import xlnet
+
+    def tiny():
+        return xlnet.XLNetPretrainer.from_settings(n_layer=2, d_model=16, n_head=2, d_head=8, d_inner=32, n_token=50)
+
+    source = tiny()
+    rng = np.random.default_rng(0)
+    weights = lambda model: [v for v in model.variables if "seed_generator" not in v.path]  # noqa: E731
+    for v in weights(source):
+        v.assign(rng.normal(size=v.shape).astype(np.float32))
+    optimizer = tf.keras.optimizers.Adam()
+    optimizer.build(source.trainable_variables)
+    path = tf.train.Checkpoint(model=source, optimizer=optimizer).save(str(tmp_path / "ckpt"))
+    target = tiny()
+    cc.load_init_checkpoint(path, target)
+    norms = [i for i, v in enumerate(source.variables) if "LayerNorm" in v.path]
+    assert len(norms) == 8
+    for a, b in zip(weights(source), weights(target)):
+        np.testing.assert_array_equal(np.asarray(b), np.asarray(a), err_msg=a.path)

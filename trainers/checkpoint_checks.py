@@ -191,6 +191,10 @@ def load_init_checkpoint(path: str, model: tf.Module, allow_unexpected: Iterable
     CheckpointMismatchError lists every missing, unexpected and mis-shaped variable. (A model-only
     `tf.train.Checkpoint(model=...).read()` would restore only the variables whose shortest path in the
     saved graph runs through the model, silently leaving the rest at their initial values.)"""
+    paths = [getattr(v, "path", None) or v.name for v in model.variables if not _NOT_WEIGHTS.search(
+        getattr(v, "path", None) or v.name)]
+    if len(set(paths)) != len(paths):
+        return _load_by_object_graph(path, model)
     missing, unexpected, mis_shaped = compare(model, path, list(allow_unexpected) + list(DEFAULT_ALLOW_UNEXPECTED),
                                               allow_missing)
     if missing or unexpected or mis_shaped:
@@ -206,6 +210,21 @@ def load_init_checkpoint(path: str, model: tf.Module, allow_unexpected: Iterable
             target.assign(tf.cast(reader.get_tensor(ckpt[name][0]), target.dtype))
             loaded.append(name)
     return loaded
+
+
+def _load_by_object_graph(path: str, model: tf.Module) -> list[str]:
+    """Where two of the model's variables share a Keras path (XLNet's LayerNorms, created outside their
+    parent's name scope, are all `LayerNorm/gamma`), a path cannot say which is which: restore through the
+    checkpoint's object graph instead, which tells them apart, and require every model variable to be matched
+    (a silent partial load is the failure this module exists to prevent)."""
+    status = tf.train.Checkpoint(model=model).read(path)
+    status.expect_partial()  # the optimizer's slots and other runs' objects stay in the file
+    try:
+        status.assert_existing_objects_matched()
+    except AssertionError as e:
+        raise CheckpointMismatchError(f"--init_checkpoint={path} does not fit the model: "
+                                      f"{' '.join(str(e).split())[:400]}") from None
+    return [getattr(v, "path", None) or v.name for v in model.variables]
 
 
 def check_model_dir_checkpoint(path: str, model: tf.Module, model_dir: str) -> None:
