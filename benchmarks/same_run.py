@@ -88,13 +88,34 @@ def _become_subreaper() -> bool:
         return False
 
 
-def _reap_adopted() -> None:
-    """Wait for every remaining child (the adopted orphans of the command just run)."""
+def _child_pids() -> set[int]:
+    """This process's children now (Linux /proc)."""
+    me, pids = os.getpid(), set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", encoding="utf-8") as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == me:  # field 4, after the command name in parentheses
+                pids.add(int(entry))
+    return pids
+
+
+def _reap_adopted(before: set[int]) -> None:
+    """Wait for the children that were not there before the command ran (its adopted orphans). Children the
+    caller already had (a pytest run's own multiprocessing fork server) are left alone: waiting for any
+    child would wait for them forever."""
     while True:
-        try:
-            os.waitpid(-1, 0)
-        except ChildProcessError:
+        new = _child_pids() - before
+        if not new:
             return
+        for pid in new:
+            try:
+                os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass
 
 
 def run_measured(cmd: list[str], cwd: str = REPO, env: dict | None = None, adopt_orphans: bool = False) -> dict:
@@ -105,15 +126,17 @@ def run_measured(cmd: list[str], cwd: str = REPO, env: dict | None = None, adopt
     multiprocessing forkserver (it reaps the pool workers it forked, but nobody reaps it, so without this
     its and its workers' CPU escape RUSAGE_CHILDREN): this process becomes their subreaper and waits for
     them. Only for callers that run nothing else in the background."""
+    before = set()
     if adopt_orphans:
         _become_subreaper()
+        before = _child_pids()
     cpu0, start = children_cpu(), time.time()
     proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
     rss = PeakRss(proc.pid)
     out, _ = proc.communicate()
     if adopt_orphans:
-        _reap_adopted()
+        _reap_adopted(before)
     wall = time.time() - start
     total, single = rss.stop()
     if proc.returncode:
