@@ -69,8 +69,11 @@ def test_xlnet_pretraining_records_match_the_original_statistics(tmp_path):
     assert not _close(b, a, TOLERANCE_XLNET), _close(b, a, TOLERANCE_XLNET)
 
 
+# The original draws unseeded, so each statistic is a sample mean over ~3,500 records: "masked <sep>/<cls> per
+# record" (~0.41, variance ~0.4) has a standard error of ~0.011, so its tolerance is ~4 of them (0.01 failed
+# on a correct run: 0.4217 vs 0.4081).
 TOLERANCE_XLNET = {"label 1 (B continues A)": 0.05, "masked per record": 0.5, "masked in reuse part": 0.5,
-                   "A share of A+B": 0.05, "masked <sep>/<cls> per record": 0.01}
+                   "A share of A+B": 0.05, "masked <sep>/<cls> per record": 0.05}
 
 
 def test_electra_pretraining_records_match_the_original_statistics(tmp_path, wordpiece_vocab):

@@ -165,7 +165,7 @@ def test_multi_worker_kill_one_worker_then_restart_both_resumes(toy_data, tmp_pa
     assert 4 <= last_step < 16
     assert not os.listdir(dump)  # killed: no final weights
 
-    second = start("0")
+    second = start("0.3")  # the same dataset definition: a checkpointed iterator restores only into it
     outputs = [p.communicate(timeout=300) for p in second]
     for p, (stdout, stderr) in zip(second, outputs):
         assert p.returncode == 0, stderr[-3000:]

@@ -518,9 +518,12 @@ class Trainer:
         step = int(self.step.numpy())
         if self._state_snapshot:
             self._snapshot_state()
-        path = self.manager.save(checkpoint_number=step)
+        # Each pipeline's own state first: once the chief's checkpoint of this step is recorded, a restart
+        # resumes from it, and every pipeline's state of that step must already be on disk (a kill between
+        # the two writes would otherwise restart that pipeline's data from the beginning).
         if self._input_manager is not None:
             self._input_manager.save(checkpoint_number=step)
+        path = self.manager.save(checkpoint_number=step)
         if not self.is_chief:  # every worker must take part in the save; only the chief's is kept
             tf.io.gfile.rmtree(self.manager.directory)
             return None
