@@ -19,6 +19,7 @@ import time
 import numpy as np
 import pytest
 import tensorflow as tf
+from cluster import free_ports
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -137,14 +138,7 @@ def test_kill_minus_9_and_resume_equals_the_uninterrupted_run(model, tmp_path):
 
 def _two_workers(cmd: list[str]) -> list[subprocess.Popen]:
     """The same command as 2 MultiWorkerMirroredStrategy workers on 127.0.0.1 (one input pipeline each)."""
-    import socket
-
-    socks = [socket.socket() for _ in range(2)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    cluster = {"worker": [f"127.0.0.1:{s.getsockname()[1]}" for s in socks]}
-    for s in socks:
-        s.close()
+    cluster = {"worker": [f"127.0.0.1:{port}" for port in free_ports(2)]}
     return [subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                              env=dict(_env(), TF_CONFIG=json.dumps({"cluster": cluster,
                                                                     "task": {"type": "worker", "index": i}})))

@@ -13,13 +13,13 @@ import collections
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 
 import pytest
 import tensorflow as tf
+from cluster import free_ports
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -34,19 +34,9 @@ def _env(**extra) -> dict:
     return env
 
 
-def _free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-
 def _start(data: str, run: str, trace: str, slow: str) -> list[subprocess.Popen]:
     os.makedirs(trace, exist_ok=True)
-    cluster = {"worker": [f"127.0.0.1:{p}" for p in _free_ports(2)]}
+    cluster = {"worker": [f"127.0.0.1:{p}" for p in free_ports(2)]}
     cmd = [sys.executable, "-m", "textrain.trainers.train_gpu", f"--usr_dir={USR}", "--problem=usr_toy_problem",
            f"--data_dir={data}", "--model=usr_traced_model", f"--model_dir={run}", "--strategy=multi_worker",
            "--train_batch_size=16", f"--num_train_steps={STEPS}", "--num_warmup_steps=1", "--learning_rate=0.1",

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -14,6 +13,7 @@ import time
 import numpy as np
 import pytest
 import tensorflow as tf
+from cluster import free_ports
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -98,20 +98,10 @@ def test_cli_refuses_t2t_hparams_for_a_model_without_an_hparams_set(toy_data, tm
     assert "--data-dir" in lines[0]  # says how ELECTRA's JSON --hparams is read
 
 
-def _free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-
 @pytest.mark.slow
 def test_multi_worker_two_processes_agree_on_the_weights(toy_data, tmp_path):
     usr, data = toy_data
-    cluster = {"worker": [f"127.0.0.1:{p}" for p in _free_ports(2)]}
+    cluster = {"worker": [f"127.0.0.1:{p}" for p in free_ports(2)]}
     run, dump = str(tmp_path / "run"), str(tmp_path / "dump")
     os.makedirs(dump)
     procs = []
@@ -145,7 +135,7 @@ def test_multi_worker_kill_one_worker_then_restart_both_resumes(toy_data, tmp_pa
                      "--save_checkpoints_steps=4")
 
     def start(slow: str) -> list[subprocess.Popen]:
-        cluster = {"worker": [f"127.0.0.1:{p}" for p in _free_ports(2)]}
+        cluster = {"worker": [f"127.0.0.1:{p}" for p in free_ports(2)]}
         return [subprocess.Popen(cmd, cwd=REPO, env=_env(TF_CONFIG=json.dumps(
             {"cluster": cluster, "task": {"type": "worker", "index": i}}), TOY_DUMP_DIR=dump, TOY_SLOW_INPUT=slow),
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
