@@ -19,6 +19,9 @@ Decisions:
   is one line and exit status 130 (128 + SIGINT), as a shell expects.
 - `TEXTRAIN_VERBOSE=1` or `--verbose` re-raises instead, so the traceback is there when wanted.
 - The one line is printed last and flushed, after everything TensorFlow logged, so it cannot be buried.
+- `--help` lists every textrain flag under the CLI's own docstring: absl shows only the main module's key
+  flags and doc, and a console script's main module is pip's generated wrapper (no flags, no doc), while
+  under `python -m` most flags live in other textrain modules (trainers/flags.py, the problems' settings).
 """
 from __future__ import annotations
 
@@ -158,4 +161,18 @@ def run_main(prog: str, main: Callable[[list[str]], None],
             fail(prog, f"{e} (see {prog} --helpfull)")
             raise  # unreachable
 
+    _help_lists_textrain_flags(main)
     app.run(guarded, flags_parser=parse_flags)
+
+
+def _help_lists_textrain_flags(main: Callable[[list[str]], None]) -> None:
+    """Make textrain's flags key flags of the main module and give it the CLI's docstring (for `--help`)."""
+    main_module = sys.modules.get("__main__")
+    cli_module = sys.modules.get(getattr(main, "__module__", ""))
+    if main_module is not None and not (main_module.__doc__ or "").strip() and cli_module is not None:
+        main_module.__doc__ = cli_module.__doc__
+    key = sys.argv[0]  # the name absl files the main module's flags under
+    for module, defined in flags.FLAGS.flags_by_module_dict().items():
+        if module == key or module.split(".")[0] == "textrain":
+            for flag in defined:
+                flags.FLAGS.register_key_flag_for_module(key, flag)
