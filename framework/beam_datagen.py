@@ -11,14 +11,20 @@ for each). This module imports apache_beam at the top: framework/datagen.py impo
 The pipeline is the local driver's three steps (framework/problem.py), not a second implementation:
 1. `plan_generation` runs in the launching process: vocabulary building (`problem.prepare`, once,
    before any shard) and the list of shard jobs still to do (complete shards are kept on re-runs).
-2. `Create(jobs) | Reshuffle | ParDo(WriteShard)`: each worker rebuilds the problem from a
+2. `Create(units) | Reshuffle | Map(render) | ToList | Map(check)`: the structured and compressed corpus
+   files are rendered to plain text once, a unit (a file, or a range of Parquet row groups / Arrow record
+   batches) per element, spread over the workers as the local runner spreads them (framework/generator.py);
+   the check (--skip_bad_records per file) runs after every unit, and its output (which file reads which
+   rendered files) is a side input of the shard stage, so no shard starts before the corpus is rendered.
+   The rendered files are removed by the last stage, and by the launcher when the pipeline ends or fails.
+3. `Create(jobs) | Reshuffle | ParDo(WriteShard)`: each worker rebuilds the problem from a
    `ProblemSpec` and calls `run_shard_job` -- the same function `--num_workers` datagen calls -- so for
    the same seed the shards are byte-identical whatever the runner and the number of workers. A shard
    is written as `<name>.incomplete` and renamed when whole (shards.write_shard); a retried or
    speculative duplicate bundle rewrites the same bytes under the same name, which is harmless.
    Reshuffle stops the runner from fusing the jobs into the single bundle `Create` makes, so they
    spread over the workers.
-3. `ToList | ParDo(WriteManifests)`: a global combine emits only after EVERY shard write of the
+4. `ToList | ParDo(WriteManifests)`: a global combine emits only after EVERY shard write of the
    pipeline has finished, so the manifests are written by the pipeline's last stage, on a worker.
    Why there and not by the launcher after `wait_until_finish()`: on distributed runners the
    launcher may not wait (Dataflow templates, Flink `--detached`, a laptop that disconnects) and the
@@ -44,7 +50,11 @@ import apache_beam as beam
 from absl import logging
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from textrain.framework.generator import (GenerationPlan, ProblemSpec, ShardJob, generation_lock, plan_generation,
+from apache_beam.runners.runner import PipelineState
+
+from textrain.framework import corpus_formats
+from textrain.framework.generator import (GenerationPlan, ProblemSpec, Rendered, ShardJob, corpus_units,
+                                           generation_lock, plan_generation, remove_rendered, rendered_dir,
                                            run_shard_job, write_manifests)
 from textrain.framework.problem import Problem
 
@@ -70,8 +80,8 @@ class WriteShard(_ProblemDoFn):
         super().__init__(spec, data_dir, tmp_dir)
         self.seed = seed
 
-    def process(self, job: ShardJob) -> Iterator[dict]:
-        stats = run_shard_job(self.problem, self.data_dir, self.tmp_dir, self.seed, job)
+    def process(self, job: ShardJob, rendered: Rendered) -> Iterator[dict]:
+        stats = run_shard_job(self.problem, self.data_dir, self.tmp_dir, self.seed, job, rendered)
         logging.info("shard %s-%d of %d: %d examples in %.1fs", job.split, job.shard_id, job.num_shards,
                      stats["count"], stats["seconds"])
         yield stats
@@ -80,13 +90,25 @@ class WriteShard(_ProblemDoFn):
 class WriteManifests(_ProblemDoFn):
     """The last stage: runs once, after all shard writes (its input is the ToList of their stats)."""
 
-    def __init__(self, spec: ProblemSpec, data_dir: str, tmp_dir: str, plan: GenerationPlan):
+    def __init__(self, spec: ProblemSpec, data_dir: str, tmp_dir: str, plan: GenerationPlan, rendered: str):
         super().__init__(spec, data_dir, tmp_dir)
-        self.plan = plan
+        self.plan, self.rendered = plan, rendered
 
     def process(self, all_stats: list[dict]) -> Iterator[str]:
         manifests = write_manifests(self.problem, self.data_dir, self.plan)
+        remove_rendered(self.rendered)  # here too: a launcher that does not wait for the pipeline cannot
         yield from sorted(manifests)
+
+
+def _render(numbered: tuple[int, corpus_formats.RenderUnit]) -> tuple[int, list]:
+    number, unit = numbered
+    return number, corpus_formats.render_unit(unit)
+
+
+def _check(results: list[tuple[int, list]], units: list[corpus_formats.RenderUnit]) -> Rendered:
+    """After every unit: the bad records of each file against its --skip_bad_records; what the shards read."""
+    corpus_formats.check_units(units, [bad for _, bad in sorted(results, key=lambda r: r[0])])
+    return corpus_formats.renderings(units)
 
 
 def pipeline_args(options: str | Sequence[str]) -> list[str]:
@@ -108,15 +130,22 @@ def pipeline_options(options: str | Sequence[str]) -> PipelineOptions:
 
 
 def build_pipeline(pipeline: beam.Pipeline, problem: Problem, data_dir: str, tmp_dir: str,
-                   plan: GenerationPlan) -> None:
-    """Add the shard and manifest stages of `plan` to `pipeline`."""
+                   plan: GenerationPlan, units: list[corpus_formats.RenderUnit], rendered: str) -> None:
+    """Add the render, shard and manifest stages of `plan` to `pipeline` (`units`: the corpus units to
+    render, into the directory `rendered`)."""
     spec = ProblemSpec.of(problem)
+    ready = (pipeline
+             | "CorpusUnits" >> beam.Create(list(enumerate(units)))
+             | "SpreadUnits" >> beam.Reshuffle()
+             | "RenderUnits" >> beam.Map(_render)
+             | "AfterAllUnits" >> beam.combiners.ToList()
+             | "CheckUnits" >> beam.Map(_check, units))
     _ = (pipeline
          | "ShardJobs" >> beam.Create(plan.jobs)
          | "Spread" >> beam.Reshuffle()
-         | "WriteShards" >> beam.ParDo(WriteShard(spec, data_dir, tmp_dir, plan.seed))
+         | "WriteShards" >> beam.ParDo(WriteShard(spec, data_dir, tmp_dir, plan.seed), beam.pvalue.AsSingleton(ready))
          | "AfterAllShards" >> beam.combiners.ToList()
-         | "WriteManifests" >> beam.ParDo(WriteManifests(spec, data_dir, tmp_dir, plan)))
+         | "WriteManifests" >> beam.ParDo(WriteManifests(spec, data_dir, tmp_dir, plan, rendered)))
 
 
 def generate_data(problem: Problem, data_dir: str, tmp_dir: str, *, options: str | Sequence[str] = "",
@@ -139,9 +168,18 @@ def _generate_locked(problem: Problem, data_dir: str, tmp_dir: str, options: str
     start = time.time()
     # Beam logs every worker-harness event at INFO (through the launcher); keep its warnings only.
     std_logging.getLogger("apache_beam").setLevel(std_logging.WARNING)
-    logging.info("datagen %s on Beam: %d shard jobs", problem.name, len(plan.jobs))
-    with beam.Pipeline(options=pipeline_options(options)) as pipeline:
-        build_pipeline(pipeline, problem, data_dir, tmp_dir, plan)
+    directory = rendered_dir(problem, data_dir)
+    try:
+        units = corpus_units(problem, tmp_dir, plan, directory)
+        logging.info("datagen %s on Beam: %d corpus units to render, %d shard jobs", problem.name, len(units),
+                     len(plan.jobs))
+        with beam.Pipeline(options=pipeline_options(options)) as pipeline:
+            build_pipeline(pipeline, problem, data_dir, tmp_dir, plan, units, directory)
+    except BaseException:
+        remove_rendered(directory)
+        raise
+    if PipelineState.is_terminal(pipeline.result.state):  # not while a detached pipeline still reads them
+        remove_rendered(directory)
     logging.info("datagen %s on Beam: pipeline finished in %.1fs", problem.name, time.time() - start)
     manifests = {}
     for split in (s for s, _ in plan.splits):

@@ -77,7 +77,7 @@ def is_compressed(path: str) -> bool:
 
 
 def _open_binary(path: str) -> io.BufferedIOBase:
-    if corpus_formats.is_structured(path):  # read as the text its records stand for
+    if corpus_formats.is_structured(path) or getattr(path, "rendered", ()):  # the text its records stand for
         return corpus_formats.open_rendered(path)
     if path.endswith(".zst"):
         return corpus_formats.open_binary(path)
@@ -279,7 +279,7 @@ def iter_document_texts(paths: Sequence[str] | str, on_bad_utf8: str = "error",
         paths = expand_paths(paths)
     index = -1
     for path in paths:
-        if corpus_formats.is_structured(path) and path.options.layout == "documents":
+        if corpus_formats.is_structured(path) and path.options.layout == "documents" and not path.rendered:
             # A record is a document: the others are counted, never cut into sentences.
             render = corpus_formats.document_renderer(path)
             for raw in corpus_formats.document_records(path):
@@ -389,6 +389,8 @@ class DocumentSpans:
 
     @staticmethod
     def _identity(path: str) -> tuple[int, int] | None:
+        if getattr(path, "rendered", ()):  # the files datagen rendered it to, read one after another
+            return corpus_formats.rendered_identity(path)
         if not fileio.is_local(path) or is_compressed(path) or corpus_formats.is_structured(path):
             return None
         try:

@@ -26,17 +26,20 @@ Decisions:
 """
 from __future__ import annotations
 
+import bisect
 import bz2
-import codecs
+import contextlib
 import csv
 import dataclasses
 import gzip
+import hashlib
 import io
+import itertools
 import json
 import os
 import re
 import zlib
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from absl import logging
 
@@ -52,18 +55,11 @@ _EXTENSIONS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl", ".parque
                ".xml": "mediawiki", ".txt": "text", ".text": "text"}
 _RENDER_BYTES = 1 << 20  # rendered text handed to the reader at a time
 _SHOWN_BAD = 5           # bad records named in the warning
+_MAX_UNITS = 256         # units of work per Parquet/Arrow file (row groups are grouped past that)
 
 
 class FormatError(UserError, ValueError):
     """A structured corpus file that cannot be read; the message names the file and where."""
-
-
-class _BadRecord(Exception):
-    """One record that does not give text (missing field, wrong type, bad JSON): skippable."""
-
-    def __init__(self, where: str, why: str):
-        super().__init__(f"{where}: {why}")
-        self.where, self.why = where, why
 
 
 # =============================================================================================== #
@@ -132,17 +128,19 @@ class ReadOptions:
 
 
 class CorpusFile(str):
-    """A corpus path that carries how it is read (`options`, its `input_format` resolved)."""
+    """A corpus path that carries how it is read (`options`, its `input_format` resolved) and, in a datagen
+    shard job, the files datagen rendered it to (`rendered`: read instead of the source)."""
 
     options: ReadOptions
+    rendered: tuple[str, ...]
 
-    def __new__(cls, path: str, options: ReadOptions) -> "CorpusFile":
+    def __new__(cls, path: str, options: ReadOptions, rendered: tuple[str, ...] = ()) -> "CorpusFile":
         self = super().__new__(cls, path)
-        self.options = options
+        self.options, self.rendered = options, tuple(rendered)
         return self
 
     def __getnewargs__(self) -> tuple:  # pickled to Beam workers with its options
-        return str(self), self.options
+        return str(self), self.options, self.rendered
 
     @property
     def structured(self) -> bool:
@@ -158,7 +156,8 @@ def corpus_files(paths: list[str], options: ReadOptions) -> list[str]:
         fmt = options.input_format if options.input_format != "auto" else detect_format(path)
         if fmt == "tsv" and options.layout == "table" and options.input_format == "auto":
             fmt = "text"  # a .tsv of classification rows: the problem's own TSV reader reads it as it is
-        out.append(CorpusFile(path, dataclasses.replace(options, input_format=fmt)))
+        resolved = dataclasses.replace(options, input_format=fmt)
+        out.append(CorpusFile(path, resolved, _RENDERED.get((str(path), resolved), ())))
     return out
 
 
@@ -295,66 +294,142 @@ def read_errors() -> tuple[type[BaseException], ...]:
 
 
 # =============================================================================================== #
-# Records of each format: (where, record as a mapping)
+# Records of each format, a batch at a time
 # =============================================================================================== #
-def _text_lines(path: str) -> Iterator[tuple[int, str]]:
-    """(line number, line) of a (decompressed) UTF-8 text file, streamed; errors name the line or offset."""
-    decoder = codecs.getincrementaldecoder("utf-8")()
-    lineno, pending = 0, ""
+# A batch is (where, columns): one list of values per asked field, and where(i) names record i's place
+# (worked out for a bad record only). Why batches: a Python object per record (a dict, a tuple, a place
+# string) used to cost more than the parse; now Parquet and Arrow convert a column per batch (to_pylist
+# once), and JSON Lines / CSV append each record's values to the lists in a tight loop.
+Batch = tuple[Callable[[int], str], list[list[Any]]]
+Part = "tuple[int, int] | None"  # Parquet row groups / Arrow record batches [start, stop); None: all
+_BATCH_ROWS = 4096
+
+
+class _Missing:
+    """The value of a field that a record does not give (no such key, a line that is not JSON)."""
+
+    __slots__ = ("why",)
+
+    def __init__(self, why: str):
+        self.why = why
+
+
+def _lookup(record: Any, dotted: str) -> Any:
+    """`record[dotted]`, or the nested value of a dotted path; a _Missing when there is none."""
+    if type(record) is dict and dotted in record:
+        return record[dotted]
+    if isinstance(record, _Missing):
+        return record
+    value = record
+    for key in dotted.split("."):
+        if not isinstance(value, dict) or key not in value:
+            return _Missing(f"no field {dotted!r}")
+        value = value[key]
+    return value
+
+
+def _line_blocks(path: str) -> Iterator[tuple[int, list[str]]]:
+    """(number of the first line, the lines) of a (decompressed) UTF-8 text file, about 1 MB of whole lines at
+    a time; errors name the line (bytes that are not UTF-8) or the offset (a corrupt compressed file)."""
+    lineno = 1
     with open_binary(path) as f:
+        pending = b""
         try:
             while True:
                 data = f.read(1 << 20)
-                try:
-                    text = pending + decoder.decode(data, final=not data)
-                except UnicodeDecodeError:
-                    raise FormatError(f"{path}: bytes that are not UTF-8 after line {lineno}") from None
-                lines = text.split("\n")
-                pending = lines.pop()
-                for line in lines:
-                    lineno += 1
-                    yield lineno, line
+                if data:
+                    data = pending + data if pending else data
+                    cut = data.rfind(b"\n") + 1
+                    if not cut:
+                        pending = data
+                        continue
+                    block, pending = data[:cut], data[cut:]
+                else:
+                    block, pending = pending, b""
+                if block:
+                    try:
+                        text = block.decode("utf-8")
+                    except UnicodeDecodeError as e:
+                        line = lineno + block.count(b"\n", 0, e.start)
+                        raise FormatError(f"{path}:{line}: bytes that are not UTF-8 at byte {e.start} of its "
+                                          f"block ({block[e.start:e.start + 4]!r})") from None
+                    lines = text.split("\n")
+                    if text.endswith("\n"):
+                        lines.pop()
+                    yield lineno, lines
+                    lineno += len(lines)
                 if not data:
-                    break
+                    return
         except read_errors() as e:
             offset = getattr(f, "compressed_offset", lambda: None)()
-            raise _corrupt(path, f"after line {lineno}" + (f" (byte {offset})" if offset else ""), e) from None
-    if pending:
-        yield lineno + 1, pending
+            raise _corrupt(path, f"after line {lineno - 1}" + (f" (byte {offset})" if offset else ""), e) from None
 
 
-def _jsonl_records(path: str, fields: tuple[str, ...]) -> Iterator[tuple[str, Any]]:
-    for lineno, line in _text_lines(path):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except ValueError as e:
-            yield f"line {lineno}", _BadRecord(f"line {lineno}", f"not JSON ({e})")
-            continue
-        yield f"line {lineno}", record
+def _jsonl_batches(path: str, fields: tuple[str, ...], part: Part) -> Iterator[Batch]:
+    loads = json.loads
+    single = fields[0] if len(fields) == 1 else None
+    for first, lines in _line_blocks(path):
+        numbers: list[int] = []  # each record's line in the block
+        columns: list[list[Any]] = [[] for _ in fields]
+        append = columns[0].append
+        for i, line in enumerate(lines):
+            try:
+                record = loads(line)
+            except ValueError as e:
+                if not line or line.isspace():
+                    continue
+                record = _Missing(f"not JSON ({e})")
+            numbers.append(i)
+            if single is not None:  # the hot path: one field, most often a top-level key
+                try:
+                    append(record[single])
+                except (KeyError, TypeError, IndexError):
+                    append(_lookup(record, single))
+            else:
+                for column, field in zip(columns, fields):
+                    column.append(_lookup(record, field))
+        yield (lambda j, first=first, numbers=numbers: f"line {first + numbers[j]}"), columns
 
 
-def _csv_records(path: str, fields: tuple[str, ...], delimiter: str) -> Iterator[tuple[str, Any]]:
+def _csv_batches(path: str, fields: tuple[str, ...], part: Part, delimiter: str) -> Iterator[Batch]:
     csv.field_size_limit(1 << 30)
-    lines = _text_lines(path)
-    reader = csv.reader((line + "\n" for _, line in lines), delimiter=delimiter,
-                        quoting=csv.QUOTE_NONE if delimiter == "\t" else csv.QUOTE_MINIMAL)
-    try:
-        header = next(reader)
-    except StopIteration:
-        return
-    header = [h.lstrip("\ufeff") for h in header]
-    missing = [f for f in fields if f.split(".")[0] not in header]
-    if missing:
-        raise FormatError(f"{path}: no column {missing[0]!r} (its header: {', '.join(header)})")
-    try:
-        for row in reader:
-            if not row:
-                continue
-            yield f"line {reader.line_num}", dict(zip(header, row))
-    except csv.Error as e:
-        raise FormatError(f"{path}:{reader.line_num}: {e}") from None
+    with io.TextIOWrapper(open_binary(path), encoding="utf-8", newline="") as text:
+        reader = csv.reader(text, delimiter=delimiter,
+                            quoting=csv.QUOTE_NONE if delimiter == "\t" else csv.QUOTE_MINIMAL)
+        try:
+            header = next(reader, None)
+            if header is None:
+                return
+            header = [h.lstrip("\ufeff") for h in header]
+            missing = [f for f in fields if f.split(".")[0] not in header]
+            if missing:
+                raise FormatError(f"{path}: no column {missing[0]!r} (its header: {', '.join(header)})")
+            # A dotted name that is not a column names a nested field, which CSV cells never hold.
+            index = [header.index(f) if f in header else -1 for f in fields]
+            width, direct = max(index) + 1, -1 not in index
+            lines: list[int] = []
+            columns: list[list[Any]] = [[] for _ in fields]
+            for row in reader:
+                if direct and len(row) >= width:
+                    for column, k in zip(columns, index):
+                        column.append(row[k])
+                elif not row:
+                    continue
+                else:
+                    for column, k, field in zip(columns, index, fields):
+                        column.append(row[k] if 0 <= k < len(row) else _Missing(f"no field {field!r}"))
+                lines.append(reader.line_num)
+                if len(lines) >= _BATCH_ROWS:
+                    yield (lambda j, lines=lines: f"line {lines[j]}"), columns
+                    lines, columns = [], [[] for _ in fields]
+            if lines:
+                yield (lambda j, lines=lines: f"line {lines[j]}"), columns
+        except UnicodeDecodeError:
+            raise FormatError(f"{path}: bytes that are not UTF-8 after line {reader.line_num}") from None
+        except csv.Error as e:
+            raise FormatError(f"{path}:{reader.line_num}: {e}") from None
+        except read_errors() as e:
+            raise _corrupt(path, f"after line {reader.line_num}", e) from None
 
 
 def _columns_of(path: str, names: list[str], fields: tuple[str, ...]) -> list[str]:
@@ -372,71 +447,105 @@ def _refuse_compressed(path: str, fmt: str) -> None:
                           f"({fmt} compresses its own columns)")
 
 
-def _parquet_records(path: str, fields: tuple[str, ...]) -> Iterator[tuple[str, Any]]:
-    _refuse_compressed(path, "Parquet")
-    errors = _arrow_errors(_require("pyarrow", path))
-    import pyarrow.parquet as pq
-    with fileio.open_file(path, "rb") as f:
-        try:
-            pf = pq.ParquetFile(f)
-        except errors as e:
-            raise _corrupt(path, "its footer", e) from None
-        columns = _columns_of(path, pf.schema_arrow.names, fields)
-        for group in range(pf.num_row_groups):
-            try:
-                rows = _rows(pf.read_row_group(group, columns=columns), columns)
-            except errors as e:
-                raise _corrupt(path, f"row group {group}", e) from None
-            for i, row in enumerate(rows):
-                yield f"row group {group}, row {i}", row
-
-
 def _arrow_errors(pa: Any) -> tuple[type[BaseException], ...]:
     """What pyarrow raises on a corrupt file: ArrowInvalid (a ValueError), ArrowIOError (an OSError), ..."""
     return (pa.ArrowException, OSError, ValueError)
 
 
-def _rows(table: Any, columns: list[str]) -> list[dict]:
-    """A table's or record batch's rows as dicts of the asked columns (column-wise conversion: ~2x faster
-    than to_pylist's row-wise one)."""
-    values = [table.column(c).to_pylist() for c in columns]
-    return [dict(zip(columns, row)) for row in zip(*values)]
+def _field_values(batch: Any, fields: tuple[str, ...]) -> list[list[Any]]:
+    """A record batch's values of each field: one to_pylist per column (a nested field: its struct's dicts)."""
+    names = batch.schema.names
+    out = []
+    for field in fields:
+        if field in names:
+            out.append(batch.column(names.index(field)).to_pylist())
+        else:
+            top, _, rest = field.partition(".")
+            values = batch.column(names.index(top)).to_pylist()
+            out.append([_Missing(f"no field {field!r}") if isinstance(found, _Missing) else found
+                        for found in (_lookup(v, rest) for v in values)])
+    return out
 
 
-def _arrow_records(path: str, fields: tuple[str, ...]) -> Iterator[tuple[str, Any]]:
+def _parquet_file(path: str) -> tuple[Any, Any, tuple]:
+    _refuse_compressed(path, "Parquet")
+    errors = _arrow_errors(_require("pyarrow", path))
+    import pyarrow.parquet as pq
+    f = fileio.open_file(path, "rb")
+    try:
+        return f, pq.ParquetFile(f), errors
+    except errors as e:
+        f.close()
+        raise _corrupt(path, "its footer", e) from None
+
+
+def _parquet_batches(path: str, fields: tuple[str, ...], part: Part) -> Iterator[Batch]:
+    """Row group by row group, a batch of rows at a time, only the asked columns."""
+    f, pf, errors = _parquet_file(path)
+    with f:
+        columns = _columns_of(path, pf.schema_arrow.names, fields)
+        start, stop = part or (0, pf.num_row_groups)
+        for group in range(start, stop):
+            offset = 0
+            try:
+                for batch in pf.iter_batches(batch_size=_BATCH_ROWS, row_groups=[group], columns=columns,
+                                             use_threads=False):
+                    values = _field_values(batch, fields)
+                    yield (lambda i, g=group, o=offset: f"row group {g}, row {o + i}"), values
+                    offset += batch.num_rows
+            except errors as e:
+                raise _corrupt(path, f"row group {group}", e) from None
+
+
+def _arrow_source(path: str) -> tuple[Any, Any]:
     _refuse_compressed(path, "Arrow")
     pa = _require("pyarrow", path)
+    return pa, (pa.memory_map(path) if fileio.is_local(path) else pa.PythonFile(fileio.open_file(path, "rb")))
+
+
+def _arrow_batches(path: str, fields: tuple[str, ...], part: Part) -> Iterator[Batch]:
+    """Record batch by record batch (an IPC file: those of `part`; a stream: all, in order)."""
+    pa, source = _arrow_source(path)
     errors = _arrow_errors(pa)
-    source = pa.memory_map(path) if fileio.is_local(path) else pa.PythonFile(fileio.open_file(path, "rb"))
     with source:
         try:
             if source.read(6) == b"ARROW1":
                 source.seek(0)
                 reader = pa.ipc.open_file(source)
-                batches = (reader.get_batch(i) for i in range(reader.num_record_batches))
-                names = reader.schema.names
+                start, stop = part or (0, reader.num_record_batches)
+                numbers = range(start, stop)
+                batches = (reader.get_batch(i) for i in numbers)
             else:
                 source.seek(0)
                 reader = pa.ipc.open_stream(source)
-                batches, names = iter(reader), reader.schema.names
+                batches, numbers = iter(reader), itertools.count()
         except errors as e:
             raise _corrupt(path, "its schema", e) from None
-        columns = _columns_of(path, names, fields)
-        number = 0
-        while True:
+        _columns_of(path, reader.schema.names, fields)
+        for number in numbers:
             try:
                 batch = next(batches, None)
             except errors as e:
                 raise _corrupt(path, f"record batch {number}", e) from None
             if batch is None:
                 return
-            rows = _rows(batch, columns)
-            for i, row in enumerate(rows):
-                yield f"record batch {number}, row {i}", row
-            number += 1
+            yield (lambda i, n=number: f"record batch {n}, row {i}"), _field_values(batch, fields)
 
 
-def _mediawiki_records(path: str, fields: tuple[str, ...]) -> Iterator[tuple[str, Any]]:
+def _arrow_file_batches(path: str) -> int | None:
+    """The record batches of an Arrow IPC file (None: a stream, read whole)."""
+    pa, source = _arrow_source(path)
+    with source:
+        if source.read(6) != b"ARROW1":
+            return None
+        source.seek(0)
+        try:
+            return pa.ipc.open_file(source).num_record_batches
+        except _arrow_errors(pa) as e:
+            raise _corrupt(path, "its footer", e) from None
+
+
+def _mediawiki_records(path: str) -> Iterator[tuple[str, Any]]:
     """Articles (namespace 0, not redirects) of a MediaWiki XML export: {"title", "text"}, the text with
     its markup removed by mwparserfromhell."""
     import xml.etree.ElementTree as ET
@@ -467,6 +576,22 @@ def _mediawiki_records(path: str, fields: tuple[str, ...]) -> Iterator[tuple[str
             raise _corrupt(path, f"after {pages} pages", e) from None
 
 
+def _record_batches(records: Iterator[tuple[str, Any]], fields: tuple[str, ...], size: int = 64
+                    ) -> Iterator[Batch]:
+    """(where, record) pairs as batches."""
+    wheres: list[str] = []
+    columns: list[list[Any]] = [[] for _ in fields]
+    for where, record in records:
+        wheres.append(where)
+        for column, field in zip(columns, fields):
+            column.append(_lookup(record, field))
+        if len(wheres) >= size:
+            yield wheres.__getitem__, columns
+            wheres, columns = [], [[] for _ in fields]
+    if wheres:
+        yield wheres.__getitem__, columns
+
+
 def _local(tag: str) -> str:
     return tag.rsplit("}", 1)[-1]
 
@@ -495,73 +620,101 @@ def _strip_markup(mw: Any, wikitext: str) -> str:
     return "\n".join(line.strip().lstrip("*#:; ").strip() for line in text.split("\n"))
 
 
-def iter_records(path: str, fmt: str, fields: tuple[str, ...]) -> Iterator[tuple[str, Any]]:
-    """(where, record) of a structured file; a record that could not be parsed is a _BadRecord."""
+def _batches(path: CorpusFile, fields: tuple[str, ...], part: Part = None) -> Iterator[Batch]:
+    """The batches of a structured file (of `part` of it: Parquet row groups, Arrow file record batches)."""
+    fmt = path.options.input_format
     if fmt == "jsonl":
-        return _jsonl_records(path, fields)
+        return _jsonl_batches(path, fields, part)
     if fmt in ("csv", "tsv"):
-        return _csv_records(path, fields, "," if fmt == "csv" else "\t")
+        return _csv_batches(path, fields, part, "," if fmt == "csv" else "\t")
     if fmt == "parquet":
-        return _parquet_records(path, fields)
+        return _parquet_batches(path, fields, part)
     if fmt == "arrow":
-        return _arrow_records(path, fields)
+        return _arrow_batches(path, fields, part)
     if fmt == "mediawiki":
-        return _mediawiki_records(path, fields)
+        return _record_batches(_mediawiki_records(path), fields)
     raise ValueError(f"not a structured format: {fmt!r}")
 
 
-def _lookup(record: Any, dotted: str, where: str) -> Any:
-    if type(record) is dict and dotted in record:  # the common case: a top-level field
-        return record[dotted]
-    value = record
-    for key in dotted.split("."):
-        if not isinstance(value, dict) or key not in value:
-            raise _BadRecord(where, f"no field {dotted!r}")
-        value = value[key]
-    return value
+# =============================================================================================== #
+# Bad records: --skip_bad_records per file
+# =============================================================================================== #
+class _TooMany(Exception):
+    """More bad records than --skip_bad_records allows."""
 
 
-def _values(path: CorpusFile) -> Iterator[tuple[str, tuple]]:
-    """(where, values of the asked fields) of each good record; bad ones up to skip_bad_records."""
+class _Skips:
+    """The bad records met so far, (where, why) in file order; one past `budget` raises _TooMany."""
+
+    def __init__(self, budget: int):
+        self.budget, self.places = budget, []
+
+    def add(self, where: str, why: str) -> None:
+        self.places.append((where, why))
+        if len(self.places) > self.budget:
+            raise _TooMany()
+
+
+def too_many_error(path: str, places: list[tuple[str, str]], budget: int) -> FormatError:
+    """The error naming the first bad record past --skip_bad_records=budget."""
+    where, why = places[budget]
+    more = f"; {budget} bad record(s) skipped before it" if budget else ""
+    return FormatError(f"{path}: {where}: {why}{more}; fix the file or pass --skip_bad_records=N")
+
+
+def warn_skipped(path: str, places: list[tuple[str, str]], budget: int) -> None:
+    if places:
+        logging.warning("%s: skipped %d bad record(s) (--skip_bad_records=%d): %s%s", path, len(places), budget,
+                        ", ".join(w for w, _ in places[:_SHOWN_BAD]), ", ..." if len(places) > _SHOWN_BAD else "")
+
+
+def _good_columns(path: CorpusFile, part: Part, skips: _Skips) -> Iterator[list[list[Any]]]:
+    """The columns of each batch less its bad records (a field missing; documents and lines: not a string)."""
     opts = path.options
     fields = opts.fields if opts.layout == "table" else (opts.text_field,)
-    skipped: list[str] = []
-    for where, record in iter_records(path, opts.input_format, fields):
-        try:
-            if isinstance(record, _BadRecord):
-                raise record
-            values = tuple(_lookup(record, f, where) for f in fields)
-            if opts.layout != "table" and not isinstance(values[0], str):
-                raise _BadRecord(where, f"field {fields[0]!r} is {type(values[0]).__name__}, not a string")
-        except _BadRecord as bad:
-            skipped.append(bad.where)
-            if len(skipped) > opts.skip_bad_records:
-                more = (f"; {len(skipped) - 1} bad record(s) skipped before it"
-                        if opts.skip_bad_records else "")
-                raise FormatError(f"{path}: {bad}{more}; fix the file or pass --skip_bad_records=N"
-                                  ) from None
-            continue
-        yield where, values
-    if skipped:
-        logging.warning("%s: skipped %d bad record(s) (--skip_bad_records=%d): %s%s", path, len(skipped),
-                        opts.skip_bad_records, ", ".join(skipped[:_SHOWN_BAD]),
-                        ", ..." if len(skipped) > _SHOWN_BAD else "")
+    strings = opts.layout != "table"
+    for where, columns in _batches(path, fields, part):
+        bad: dict[int, str] = {}
+        for field, column in zip(fields, columns):
+            if strings:
+                rows = [i for i, v in enumerate(column) if type(v) is not str]
+            else:
+                rows = [i for i, v in enumerate(column) if type(v) is _Missing]
+            for i in rows:
+                v = column[i]
+                bad.setdefault(i, v.why if isinstance(v, _Missing) else
+                               f"field {field!r} is {type(v).__name__}, not a string")
+        if bad:
+            for i in sorted(bad):
+                skips.add(where(i), bad[i])
+            columns = [[v for i, v in enumerate(column) if i not in bad] for column in columns]
+        yield columns
 
 
 # =============================================================================================== #
 # Records as the text they stand for
 # =============================================================================================== #
+_PARAGRAPH_BREAK = re.compile(r"\n\s*\n")  # a line break, then blank lines (\s: \r too)
+
+
+def _documents_of(texts: list[str], paragraphs: bool) -> list[str]:
+    """The raw documents of records' texts: each that has any text, or each of its paragraphs."""
+    if paragraphs:
+        return [p for t in texts for p in _PARAGRAPH_BREAK.split(t) if p and not p.isspace()]
+    return [t for t in texts if t and not t.isspace()]
+
+
 def document_records(path: CorpusFile) -> Iterator[str]:
     """The raw text of each document of the "documents" layout, not yet cut into sentences: each record
     that has any text, or each of its paragraphs with `paragraphs_as_documents`."""
-    paragraphs = path.options.paragraphs_as_documents
-    for _, (text,) in _values(path):
-        for piece in _PARAGRAPH_BREAK.split(text) if paragraphs else (text,):
-            if piece and not piece.isspace():
-                yield piece
-
-
-_PARAGRAPH_BREAK = re.compile(r"\n\s*\n")  # a line break, then blank lines (\s: \r too)
+    budget = path.options.skip_bad_records
+    skips = _Skips(budget)
+    try:
+        for (texts,) in _good_columns(path, None, skips):
+            yield from _documents_of(texts, path.options.paragraphs_as_documents)
+    except _TooMany:
+        raise too_many_error(path, skips.places, budget) from None
+    warn_skipped(path, skips.places, budget)
 
 
 def document_renderer(path: CorpusFile) -> Callable[[str], str]:
@@ -589,28 +742,51 @@ def _clean_cell(value: Any) -> str:
         any(c in value for c in "\t\r\n") else value
 
 
-def _rendered_pieces(path: CorpusFile) -> Iterator[str]:
+def _one_line(text: str) -> str:
+    """A record of the "lines" layout as one line: its line breaks become spaces."""
+    if "\n" not in text and "\r" not in text:
+        return text.strip()
+    return " ".join(text.replace("\r", "\n").split("\n")).strip()
+
+
+def _rendered_pieces(path: CorpusFile, part: Part, header: bool, skips: _Skips) -> Iterator[str]:
+    """The text of `part` of a structured file (all of it: None), a batch at a time; `header`: the table
+    layout's header line first (a file's first unit only)."""
     opts = path.options
     if opts.layout == "documents":
         render = document_renderer(path)
-        for text in document_records(path):
-            yield render(text) + "\n\n"
+        for (texts,) in _good_columns(path, part, skips):
+            documents = _documents_of(texts, opts.paragraphs_as_documents)
+            if documents:
+                yield "\n\n".join(map(render, documents)) + "\n\n"
     elif opts.layout == "lines":
-        for _, (text,) in _values(path):
-            yield " ".join(text.replace("\r", "\n").split("\n")).strip() + "\n"
+        for (texts,) in _good_columns(path, part, skips):
+            if texts:
+                yield "\n".join(map(_one_line, texts)) + "\n"
     elif opts.layout == "table":
-        yield "\t".join(opts.fields) + "\n"
-        for _, values in _values(path):
-            yield "\t".join(map(_clean_cell, values)) + "\n"
+        if header:
+            yield "\t".join(opts.fields) + "\n"
+        for columns in _good_columns(path, part, skips):
+            yield "".join("\t".join(map(_clean_cell, row)) + "\n" for row in zip(*columns))
     else:
         raise ValueError(f"layout must be one of {LAYOUTS}, got {opts.layout!r}")
+
+
+def _whole_file_pieces(path: CorpusFile) -> Iterator[str]:
+    budget = path.options.skip_bad_records
+    skips = _Skips(budget)
+    try:
+        yield from _rendered_pieces(path, None, True, skips)
+    except _TooMany:
+        raise too_many_error(path, skips.places, budget) from None
+    warn_skipped(path, skips.places, budget)
 
 
 class _RenderedStream(io.RawIOBase):
     """The rendered text of a structured file as a readable byte stream (what the text reader opens)."""
 
     def __init__(self, path: CorpusFile):
-        self._pieces = _rendered_pieces(path)
+        self._pieces = _whole_file_pieces(path)
         self._buffer, self._at = b"", 0
 
     def readable(self) -> bool:
@@ -637,10 +813,205 @@ class _RenderedStream(io.RawIOBase):
 
 
 def open_rendered(path: CorpusFile) -> io.BufferedIOBase:
-    """A structured file opened as the UTF-8 text of its layout (see the module docstring)."""
+    """A structured file opened as the UTF-8 text of its layout (see the module docstring); one that datagen
+    rendered already (`path.rendered`): its rendered files."""
+    if path.rendered:
+        return io.BufferedReader(_Parts(path.rendered), buffer_size=1 << 20)
     if not fileio.exists(path):
         raise FormatError(f"{path}: no such file")
     return io.BufferedReader(_RenderedStream(path), buffer_size=1 << 20)
+
+
+# =============================================================================================== #
+# Rendering once per datagen: a file or row groups a unit, in parallel (framework/generator.py)
+# =============================================================================================== #
+@dataclasses.dataclass(frozen=True)
+class RenderUnit:
+    """A piece of a corpus file that one worker renders to plain text at `out`: the whole file, or (`part`)
+    Parquet row groups / Arrow file record batches [start, stop). `number`: its place among its file's."""
+
+    source: CorpusFile
+    number: int
+    part: tuple[int, int] | None
+    out: str
+
+
+def needs_rendering(path: str) -> bool:
+    """A structured or compressed corpus file (datagen renders it once to plain text)."""
+    return isinstance(path, CorpusFile) and (path.structured or bool(_compression(path)))
+
+
+def _key(path: CorpusFile) -> tuple[str, ReadOptions]:
+    return str(path), path.options
+
+
+def _parts_of(path: CorpusFile) -> list[tuple[int, int] | None]:
+    """A file's units: row groups (Parquet) or record batches (Arrow IPC file), at most _MAX_UNITS ranges of
+    about equal count; any other file is one unit."""
+    fmt = path.options.input_format
+    count = None
+    if fmt == "parquet":
+        f, pf, _ = _parquet_file(path)
+        with f:
+            count = pf.num_row_groups
+    elif fmt == "arrow":
+        count = _arrow_file_batches(path)
+    if not count:
+        return [None]
+    k = min(count, _MAX_UNITS)
+    bounds = [count * i // k for i in range(k + 1)]
+    return list(zip(bounds, bounds[1:]))
+
+
+def plan_units(paths: Iterable[str], directory: str) -> list[RenderUnit]:
+    """The units of the files among `paths` that need rendering, in corpus order; their text goes to
+    `directory` (one file per unit, named by the file, its read options and the unit's number)."""
+    units: list[RenderUnit] = []
+    seen = set()
+    for path in paths:
+        if not needs_rendering(path) or _key(path) in seen:
+            continue
+        seen.add(_key(path))
+        name = hashlib.sha256(repr(_key(path)).encode()).hexdigest()[:16]
+        for number, part in enumerate(_parts_of(path)):
+            units.append(RenderUnit(path, number, part, os.path.join(directory, f"{name}-{number:05d}.txt")))
+    return units
+
+
+def render_unit(unit: RenderUnit) -> list[tuple[str, str]]:
+    """Write a unit's text to `unit.out` (as `.incomplete`, renamed when whole). Returns its bad records
+    (where, why); past --skip_bad_records it stops there and writes nothing (`check_units` reports it)."""
+    path = unit.source
+    skips = _Skips(path.options.skip_bad_records)
+    tmp = fileio.incomplete_path(unit.out)
+    try:
+        with fileio.open_file(tmp, "wb") as f:
+            if path.structured:
+                for piece in _rendered_pieces(path, unit.part, unit.number == 0, skips):
+                    f.write(piece.encode("utf-8"))
+            else:
+                _copy_decompressed(path, f)
+        fileio.rename(tmp, unit.out, overwrite=True)
+    except _TooMany:
+        fileio.remove_if_exists(tmp)
+    except BaseException:
+        fileio.remove_if_exists(tmp)
+        raise
+    return skips.places
+
+
+def _copy_decompressed(path: str, out: Any) -> None:
+    with open_binary(path) as f:
+        try:
+            while True:
+                data = f.read(1 << 22)
+                if not data:
+                    return
+                out.write(data)
+        except read_errors() as e:
+            offset = getattr(f, "compressed_offset", lambda: None)()
+            raise _corrupt(path, "the compressed data" + (f" (byte {offset})" if offset else ""), e) from None
+
+
+def check_units(units: list[RenderUnit], bad: list[list[tuple[str, str]]]) -> None:
+    """After all units of a run are rendered: a file whose units hold more bad records than its
+    --skip_bad_records is an error naming the first one past it (each unit lists up to budget + 1, so the
+    file's first budget + 1 are among them, in order); fewer are logged."""
+    by_file: dict[tuple, tuple[CorpusFile, list]] = {}
+    for unit, places in zip(units, bad):
+        by_file.setdefault(_key(unit.source), (unit.source, []))[1].extend(places)
+    for path, places in by_file.values():
+        budget = path.options.skip_bad_records
+        if len(places) > budget:
+            raise too_many_error(path, places, budget)
+        warn_skipped(path, places, budget)
+
+
+def renderings(units: list[RenderUnit]) -> dict[tuple[str, ReadOptions], tuple[str, ...]]:
+    """{(path, read options): its units' files in order}: what `reading_rendered` takes."""
+    out: dict[tuple[str, ReadOptions], list[str]] = {}
+    for unit in units:
+        out.setdefault(_key(unit.source), []).append(unit.out)
+    return {k: tuple(v) for k, v in out.items()}
+
+
+_RENDERED: dict[tuple[str, ReadOptions], tuple[str, ...]] = {}
+
+
+@contextlib.contextmanager
+def reading_rendered(rendered: dict[tuple[str, ReadOptions], tuple[str, ...]]) -> Iterator[None]:
+    """Within it, `corpus_files` gives each file that datagen rendered its rendered files
+    (`CorpusFile.rendered`): the readers read those, not the source (a shard job's setting)."""
+    old = dict(_RENDERED)
+    _RENDERED.clear()
+    _RENDERED.update(rendered)
+    try:
+        yield
+    finally:
+        _RENDERED.clear()
+        _RENDERED.update(old)
+
+
+class _Parts(io.RawIOBase):
+    """Files read one after another as one seekable stream: a corpus file's rendered units (each ends at
+    a record's end, so their concatenation is the file's text)."""
+
+    def __init__(self, paths: tuple[str, ...]):
+        self._paths = paths
+        sizes = [fileio.stat(p).length for p in paths]
+        self._starts = [sum(sizes[:i]) for i in range(len(sizes) + 1)]
+        self._pos, self._index, self._file = 0, -1, None
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        base = {0: 0, 1: self._pos, 2: self._starts[-1]}[whence]
+        self._pos = max(0, base + offset)
+        self._index = -1  # reposition the file at the next read
+        return self._pos
+
+    def readinto(self, b: Any) -> int:
+        while self._pos < self._starts[-1]:
+            i = bisect.bisect_right(self._starts, self._pos) - 1
+            if i != self._index:
+                if self._file is not None:
+                    self._file.close()
+                self._file = fileio.open_file(self._paths[i], "rb")
+                self._file.seek(self._pos - self._starts[i])
+                self._index = i
+            data = self._file.read(min(len(b), self._starts[i + 1] - self._pos))
+            if not data:
+                raise FormatError(f"{self._paths[i]}: shorter than when datagen rendered it")
+            b[:len(data)] = data
+            self._pos += len(data)
+            return len(data)
+        return 0
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+        super().close()
+
+
+def rendered_identity(path: str) -> tuple[int, int] | None:
+    """(bytes, a fingerprint of the files' sizes and times) of a rendered file's units when they are local,
+    for corpus.DocumentSpans; None otherwise."""
+    parts = getattr(path, "rendered", ())
+    if not parts or not all(fileio.is_local(p) for p in parts):
+        return None
+    try:
+        stats = [os.stat(p) for p in parts]
+    except OSError:
+        return None
+    return sum(s.st_size for s in stats), hash(tuple((s.st_size, s.st_mtime_ns) for s in stats))
 
 
 def dataset_dir_files(path: str) -> list[str] | None:

@@ -8,6 +8,17 @@ Decisions:
 - The unit of parallel work is one output shard. A shard's content depends only on
   (problem settings, seed, split, shard id), never on which worker made it, so the same seed and input
   give byte-identical shards for any number of workers or machines (`task_id`/`num_tasks`).
+- Structured and compressed corpus files (those a problem's `corpus_inputs(tmp_dir)` lists that
+  corpus_formats.needs_rendering) are first rendered to plain text, once per run, by the same workers:
+  a unit of that work is a file, or a range of a Parquet file's row groups / an Arrow file's record
+  batches (corpus_formats.plan_units). Why: every shard reads the whole corpus to pick its documents, so
+  each shard used to parse every record of every file (n shards: n parses, and no split by row group);
+  now records are parsed once, spread over the workers by unit, and every shard reads plain text (the
+  fast byte scan and DocumentSpans of framework/corpus.py). A unit's text ends at a record's end, so a
+  file's units read one after another (CorpusFile.rendered) are exactly the text its records stand
+  for: the shards are byte-identical to those of the same corpus as plain text, for any number of
+  workers. The units' files live in `<problem dir>/.rendered/` and are removed when the run ends,
+  however it ends (a run that was killed: by the next run, which holds the same lock).
 - Worker processes fork from a fork server that has imported TensorFlow and the problem's module but
   started no TF runtime (TF is not fork-safe once initialised; `spawn` where there is no fork
   server); each rebuilds the problem from its class and hparams.
@@ -40,7 +51,7 @@ from typing import Any, Iterator, Protocol
 import numpy as np
 from absl import logging
 
-from textrain.framework import fileio, lazy_tf, locks, manifests, shards
+from textrain.framework import corpus_formats, fileio, lazy_tf, locks, manifests, shards
 from textrain.framework.errors import SettingsMismatchError
 from textrain.framework.manifests import ShardDamage
 
@@ -83,6 +94,8 @@ class GeneratingProblem(Protocol):
 
     def read_manifest(self, data_dir: str, split: str) -> dict: ...
 
+    # Optional: `corpus_inputs(tmp_dir) -> list[str]`, the corpus files the shards read (rendered once).
+
 
 @dataclasses.dataclass(frozen=True)
 class ShardJob:
@@ -121,14 +134,54 @@ class ProblemSpec:
         return kind(pickle.loads(self.hparams))
 
 
-def run_shard_job(problem: GeneratingProblem, data_dir: str, tmp_dir: str, seed: int, job: ShardJob) -> dict:
-    """Generate and write one shard (atomically): THE per-shard code of every runner (local and Beam)."""
-    samples = problem.generate_shard(data_dir, tmp_dir, job.split, job.shard_id, job.num_shards, seed)
-    rng = shard_rng(seed, job.split + "/shuffle", job.shard_id) if problem.shuffle_split(job.split) else None
-    start = time.time()
-    stats = shards.write_shard(job.path, samples, shuffle_rng=rng, settings_hash=job.settings_hash)
+Rendered = dict  # corpus_formats.renderings: {(path, read options): its rendered files}
+
+
+def run_shard_job(problem: GeneratingProblem, data_dir: str, tmp_dir: str, seed: int, job: ShardJob,
+                  rendered: Rendered | None = None) -> dict:
+    """Generate and write one shard (atomically): THE per-shard code of every runner (local and Beam).
+    `rendered`: the corpus files this run rendered to plain text, read instead of their sources."""
+    with corpus_formats.reading_rendered(rendered or {}):
+        samples = problem.generate_shard(data_dir, tmp_dir, job.split, job.shard_id, job.num_shards, seed)
+        rng = shard_rng(seed, job.split + "/shuffle", job.shard_id) if problem.shuffle_split(job.split) else None
+        start = time.time()
+        stats = shards.write_shard(job.path, samples, shuffle_rng=rng, settings_hash=job.settings_hash)
     stats["seconds"] = time.time() - start
     return stats
+
+
+def rendered_dir(problem: GeneratingProblem, data_dir: str, task_id: int | None = None, num_tasks: int = 1) -> str:
+    """Where a run renders its corpus: one directory per lock (tasks sharing a data_dir each have theirs)."""
+    name = ".rendered" if task_id is None else f".rendered-task{task_id}-of-{num_tasks}"
+    return os.path.join(problem.problem_dir(data_dir), name)
+
+
+def remove_rendered(directory: str) -> None:
+    if fileio.exists(directory):
+        fileio.rmtree(directory)
+
+
+def corpus_units(problem: GeneratingProblem, tmp_dir: str, plan: "GenerationPlan", directory: str
+                 ) -> list[corpus_formats.RenderUnit]:
+    """The units to render before the shard jobs (none when no shard is to be made). A directory left by a
+    run that died is removed first: this run holds its lock."""
+    remove_rendered(directory)
+    inputs = getattr(problem, "corpus_inputs", None)
+    units = corpus_formats.plan_units(inputs(tmp_dir), directory) if plan.jobs and inputs else []
+    if units:
+        fileio.makedirs(directory)
+    return units
+
+
+@contextlib.contextmanager
+def rendered_corpus(problem: GeneratingProblem, data_dir: str, tmp_dir: str, plan: "GenerationPlan",
+                    task_id: int | None = None, num_tasks: int = 1) -> Iterator[list[corpus_formats.RenderUnit]]:
+    """The units to render (`corpus_units`); their files are removed when the block ends, however it ends."""
+    directory = rendered_dir(problem, data_dir, task_id, num_tasks)
+    try:
+        yield corpus_units(problem, tmp_dir, plan, directory)
+    finally:
+        remove_rendered(directory)
 
 
 # Set in each worker process by _init_worker.
@@ -140,9 +193,9 @@ def _init_worker(spec: ProblemSpec, data_dir: str, tmp_dir: str, seed: int) -> N
     _WORKER.update(problem=spec.build(), data_dir=data_dir, tmp_dir=tmp_dir, seed=seed)
 
 
-def _worker_run(job: ShardJob) -> dict:
+def _worker_run(task: tuple[ShardJob, Rendered]) -> dict:
     w = _WORKER
-    return run_shard_job(w["problem"], w["data_dir"], w["tmp_dir"], w["seed"], job)
+    return run_shard_job(w["problem"], w["data_dir"], w["tmp_dir"], w["seed"], *task)
 
 
 def _split_status(problem: GeneratingProblem, data_dir: str, split: str, settings: dict, seed: int,
@@ -193,7 +246,8 @@ def generate_data(problem: GeneratingProblem, data_dir: str, tmp_dir: str, *, nu
     with generation_lock(problem, data_dir, task_id, num_tasks):
         plan = plan_generation(problem, data_dir, tmp_dir, task_id=task_id, num_tasks=num_tasks, seed=seed,
                                overwrite=overwrite, num_shards=num_shards, verify=verify)
-        _run_jobs(problem, data_dir, tmp_dir, seed, plan.jobs, num_workers, progress_every)
+        with rendered_corpus(problem, data_dir, tmp_dir, plan, task_id, num_tasks) as units:
+            _run_jobs(problem, data_dir, tmp_dir, seed, plan.jobs, units, num_workers, progress_every)
         return write_manifests(problem, data_dir, plan)
 
 
@@ -309,8 +363,19 @@ def write_manifests(problem: GeneratingProblem, data_dir: str, plan: GenerationP
     return complete
 
 
+def _rendering_done(problem: GeneratingProblem, units: list[corpus_formats.RenderUnit], bad: list,
+                    start: float) -> Rendered:
+    """Check the units' bad records against --skip_bad_records; the mapping the shard jobs read through."""
+    corpus_formats.check_units(units, bad)
+    if units:
+        logging.info("datagen %s: rendered %d corpus files (%d units) to plain text in %.1fs", problem.name,
+                     len({u.out.rsplit("-", 1)[0] for u in units}), len(units), time.time() - start)
+    return corpus_formats.renderings(units)
+
+
 def _run_jobs(problem: GeneratingProblem, data_dir: str, tmp_dir: str, seed: int, jobs: list[ShardJob],
-              num_workers: int, progress_every: float) -> None:
+              units: list[corpus_formats.RenderUnit], num_workers: int, progress_every: float) -> None:
+    """Render the corpus units, then make the shards: both spread over the same worker processes."""
     if not jobs:
         return
     start = last = time.time()
@@ -327,9 +392,10 @@ def _run_jobs(problem: GeneratingProblem, data_dir: str, tmp_dir: str, seed: int
                          problem.name, i, len(jobs), examples, examples / max(elapsed, 1e-9), eta)
             last = now
 
-    if num_workers <= 1 or len(jobs) == 1:
+    if num_workers <= 1 or (len(jobs) == 1 and len(units) <= 1):
+        rendered = _rendering_done(problem, units, [corpus_formats.render_unit(u) for u in units], start)
         for i, job in enumerate(jobs, 1):
-            report(i, run_shard_job(problem, data_dir, tmp_dir, seed, job))
+            report(i, run_shard_job(problem, data_dir, tmp_dir, seed, job, rendered))
         return
     if "forkserver" in multiprocessing.get_all_start_methods():
         # The fork server imports the problem's module once (and TensorFlow if this process uses it: a
@@ -340,6 +406,10 @@ def _run_jobs(problem: GeneratingProblem, data_dir: str, tmp_dir: str, seed: int
     else:
         ctx = multiprocessing.get_context("spawn")
     init = (ProblemSpec.of(problem), data_dir, tmp_dir, seed)
-    with ctx.Pool(min(num_workers, len(jobs)), initializer=_init_worker, initargs=init) as pool:
-        for i, stats in enumerate(pool.imap_unordered(_worker_run, jobs), 1):
+    with ctx.Pool(min(num_workers, max(len(jobs), len(units))), initializer=_init_worker, initargs=init) as pool:
+        # In order (imap): a file's first failing unit is the one reported.
+        rendered = _rendering_done(problem, units, list(pool.imap(corpus_formats.render_unit, units)), start)
+        start = last = time.time()
+        tasks = [(job, rendered) for job in jobs]
+        for i, stats in enumerate(pool.imap_unordered(_worker_run, tasks), 1):
             report(i, stats)

@@ -208,6 +208,10 @@ class WordpieceCorpusProblem(Problem):
                              "line between documents), comma-separated paths or globs")
         return corpus.expand_paths(self.hparams.input_file, corpus_formats.ReadOptions.of(self.hparams))
 
+    def corpus_inputs(self, tmp_dir: str) -> list[str]:
+        """The corpus files every shard reads (datagen renders the structured ones once: framework/generator.py)."""
+        return self.input_paths()
+
     def documents(self, paths: list[str]) -> Iterator[list[str]]:
         """The corpus as documents (lists of lines)."""
         return corpus.read_documents(paths, self.hparams.on_bad_utf8)

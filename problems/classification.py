@@ -195,6 +195,10 @@ class ClassificationProblem(FinetuneTask):
     def shuffle_split(self, split: str) -> bool:
         return split == DatasetSplit.TRAIN
 
+    def corpus_inputs(self, tmp_dir: str) -> list[str]:
+        """The files the shards read (datagen renders structured or compressed ones once: framework/generator.py)."""
+        return [p for split, _ in self.dataset_splits() for p in self.split_paths(split)]
+
     def prepare(self, data_dir: str, tmp_dir: str) -> None:
         """Check the settings and files, decide the label list, write it for the workers."""
         self.check_hparams()

@@ -63,10 +63,14 @@ class TranslateProblem(Text2TextProblem):
     def dataset_splits(self):
         return [(DatasetSplit.TRAIN, 8), (DatasetSplit.EVAL, 1)]
 
-    def generate_samples(self, data_dir, tmp_dir, split) -> Iterator[dict]:
+    def corpus_inputs(self, tmp_dir: str) -> list[str]:
+        """The two line-aligned files (datagen renders structured or compressed ones once)."""
         options = corpus_formats.ReadOptions.of(self.hparams, layout="lines")
-        source, target = corpus_formats.corpus_files(
+        return corpus_formats.corpus_files(
             [_find(tmp_dir, f"train.{self.source_lang}"), _find(tmp_dir, f"train.{self.target_lang}")], options)
+
+    def generate_samples(self, data_dir, tmp_dir, split) -> Iterator[dict]:
+        source, target = self.corpus_inputs(tmp_dir)
         every = self.hparams.dev_every
         for n, s, t in parallel_pairs(source, target, self.hparams.on_bad_utf8):
             if not s or not t:

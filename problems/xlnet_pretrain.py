@@ -814,6 +814,10 @@ class XlnetPretrain(Problem):
                              f"--{'dev_input_file' if split == DatasetSplit.EVAL else 'input_file'}")
         return corpus.expand_paths(pattern, corpus_formats.ReadOptions.of(self.hparams))
 
+    def corpus_inputs(self, tmp_dir: str) -> list[str]:
+        """The corpus files the shards read (datagen renders the structured ones once: framework/generator.py)."""
+        return [p for split, _ in self.dataset_splits() for p in self.input_paths(split)]
+
     def shard_stream_documents(self, data_dir: str, split: str, shard_id: int,
                                num_shards: int) -> list[tuple[int, np.ndarray, np.ndarray]]:
         """This shard's documents, encoded: (file_index, ids, sent_ids) each."""
