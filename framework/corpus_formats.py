@@ -279,7 +279,8 @@ def _require(module: str, path: str) -> Any:
 
 
 def _corrupt(path: str, where: str, e: BaseException) -> FormatError:
-    return FormatError(f"{path}: cannot read {where} ({type(e).__name__}: {str(e)[:200]}); the file is "
+    said = " ".join(str(e).split())[:200]  # one line: pyarrow's messages hold line breaks
+    return FormatError(f"{path}: cannot read {where} ({type(e).__name__}: {said}); the file is "
                        f"corrupt or truncated: re-download or re-make it")
 
 

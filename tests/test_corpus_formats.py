@@ -277,14 +277,100 @@ def test_compressed_parquet_is_refused(work, tmp_path):
     assert "c.parquet.gz" in line and "decompress" in line
 
 
-def test_beam_runner_same_shards(work, tmp_path):
-    """--runner=beam on a Parquet file writes the shards local datagen wrote from the plain text."""
+def test_beam_runner_same_shards(work, tmp_path, split_corpus):
+    """--runner=beam renders the units as a Beam stage and writes the shards local datagen wrote from the
+    plain text; nothing rendered is left."""
     pytest.importorskip("apache_beam")
-    path = cf.write_parquet(work["docs"], str(tmp_path / "c.parquet"))
+    pattern, reference, units = split_corpus
     direct_2 = "--runner=DirectRunner --direct_num_workers=2 --direct_running_mode=multi_processing"
-    datagen(str(tmp_path / "beam"), *BERT, f"--input_file={path}", f"--vocab_file={work['vocab']}",
-            "--sentence_splitter=none", "--runner=beam", f"--beam_pipeline_options={direct_2}")
-    assert shard_bytes(str(tmp_path / "beam")) == work["bert"]
+    out = str(tmp_path / "beam")
+    proc = datagen(out, *BERT, f"--input_file={pattern}", f"--vocab_file={work['vocab']}",
+                   "--sentence_splitter=none", "--runner=beam", f"--beam_pipeline_options={direct_2}")
+    assert f"{units} corpus units to render" in proc.stderr
+    assert shard_bytes(out) == reference
+    assert leftovers(out) == []
+
+
+# ----------------------------------------------------------------------------------------------- #
+# work split by file and row group: any number of workers, the same shards; nothing left
+# ----------------------------------------------------------------------------------------------- #
+def leftovers(data_dir: str) -> list[str]:
+    """Rendered corpus files and temporary files left in a data_dir."""
+    return sorted(p for p in glob.glob(os.path.join(data_dir, "**", "*"), recursive=True)
+                  if ".rendered" in p or p.endswith(".incomplete"))
+
+
+@pytest.fixture(scope="module")
+def split_corpus(work):
+    """The documents in three files of three formats (Parquet of 7-row groups, JSON Lines .gz, an Arrow file
+    of 5-row batches), and the shards of the same three files as plain text: (pattern, shards, units)."""
+    root = os.path.join(work["root"], "split")
+    os.makedirs(root)
+    docs = work["docs"]
+    thirds = [docs[:len(docs) // 3], docs[len(docs) // 3:2 * len(docs) // 3], docs[2 * len(docs) // 3:]]
+    cf.write_parquet(thirds[0], os.path.join(root, "part1.parquet"))
+    cf.write_jsonl(thirds[1], os.path.join(root, "part2.jsonl.gz"))
+    cf.write_arrow(thirds[2], os.path.join(root, "part3.arrow"))
+    for i, third in enumerate(thirds, 1):
+        cf.write_text(third, os.path.join(root, f"part{i}.txt"))
+    out = os.path.join(root, "plain")
+    datagen(out, *BERT, f"--input_file={root}/part*.txt", f"--vocab_file={work['vocab']}")
+    units = -(-len(thirds[0]) // 7) + 1 + -(-len(thirds[2]) // 5)  # row groups, one file, record batches
+    return f"{root}/part1.parquet,{root}/part2.jsonl.gz,{root}/part3.arrow", shard_bytes(out), units
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3])
+def test_units_of_files_and_row_groups_same_shards_any_workers(work, tmp_path, split_corpus, workers):
+    """Three files, split into units by file, row group and record batch, rendered by 1, 2 or 3 workers:
+    the shards of the same files as plain text, and nothing rendered left behind."""
+    pattern, reference, units = split_corpus
+    out = str(tmp_path / "out")
+    proc = datagen(out, *BERT, f"--input_file={pattern}", f"--vocab_file={work['vocab']}",
+                   "--sentence_splitter=none", f"--num_workers={workers}")
+    assert f"rendered 3 corpus files ({units} units)" in proc.stderr
+    assert shard_bytes(out) == reference
+    assert leftovers(out) == []
+
+
+def test_failure_mid_way_leaves_nothing(work, tmp_path):
+    """A file whose last row group is corrupt, after good units rendered by 2 workers: one line naming it, and
+    no rendered file, temporary file or shard left in a data_dir that existed before."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    docs = work["docs"]
+    good = cf.write_parquet(docs, str(tmp_path / "a.parquet"))
+    bad = tmp_path / "b.parquet"
+    pq.write_table(pa.table({"text": ["\n".join(d) for d in docs]}), str(bad), row_group_size=40)
+    meta = pq.ParquetFile(str(bad)).metadata
+    last = meta.row_group(meta.num_row_groups - 1).column(0)
+    data = bytearray(bad.read_bytes())
+    start = last.data_page_offset
+    data[start:start + 64] = b"\xff" * 64
+    bad.write_bytes(bytes(data))
+    out = tmp_path / "out"
+    (out / "bert_pretrain").mkdir(parents=True)
+    proc = datagen(str(out), *BERT, f"--input_file={good},{bad}", f"--vocab_file={work['vocab']}",
+                   "--sentence_splitter=none", "--num_workers=2", ok=False)
+    line = _one_line_error(proc)
+    assert "b.parquet" in line and f"row group {meta.num_row_groups - 1}" in line, line
+    assert leftovers(str(out)) == [] and not glob.glob(str(out / "*" / "*.tfrecord*"))
+
+
+def test_skip_bad_records_counts_per_file_across_units(work, tmp_path):
+    """Bad records in two row groups (two units, rendered apart): --skip_bad_records=1 names the second with
+    the first skipped before it; =2 leaves both out and logs them."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    texts = ["\n".join(d) for d in work["docs"]]
+    texts[2] = texts[30] = None
+    path = str(tmp_path / "nulls.parquet")
+    pq.write_table(pa.table({"text": texts}), path, row_group_size=7)
+    common = [*BERT, f"--input_file={path}", f"--vocab_file={work['vocab']}", "--sentence_splitter=none",
+              "--num_workers=2"]
+    line = _one_line_error(datagen(str(tmp_path / "one"), *common, "--skip_bad_records=1", ok=False))
+    assert "row group 4, row 2: field 'text' is NoneType" in line and "1 bad record(s) skipped before it" in line
+    proc = datagen(str(tmp_path / "two"), *common, "--skip_bad_records=2")
+    assert "skipped 2 bad record(s)" in proc.stderr and "row group 0, row 2, row group 4, row 2" in proc.stderr
 
 
 # ----------------------------------------------------------------------------------------------- #
