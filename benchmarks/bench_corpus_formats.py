@@ -3,11 +3,16 @@ corpus grows 4x.
 
 The same documents (English prose from ../shared/corpora/en, or tests/data when absent) are written in
 every format by the real libraries (tests/corpus_fixtures.py), at two sizes (S and 4 S MB of text).
-Each read is a fresh process (its format's library imported before the clock starts) that reads every
-document the way datagen does
-(`corpus.iter_document_texts` + `document_lines` on `expand_paths(..., options)`) and reports its CPU
-seconds and peak RSS (VmHWM); MB/s per core = MB of plain text / CPU-s of the read (one process: one core).
-The splitter is off (`--sentence_splitter=none`) except in the row that names it.
+Each measure is a fresh process (its format's library imported before the clock starts):
+- read: every document read as a problem reads them (`corpus.iter_document_texts` + `document_lines` on
+  `expand_paths(..., options)`), the records parsed and turned into text as they stream;
+- render: what datagen does once per run with a structured or compressed file before its shards read
+  plain text (framework/generator.py): `corpus_formats.plan_units` + `render_unit` of every unit, one
+  process (a datagen spreads the units over its workers).
+The measure is repeated in the process (at least 5 times and 0.5 CPU-s) and the fastest taken: a read of a
+few MB lasts milliseconds, and one run of it is mostly noise on a loaded machine. MB/s per core = MB of
+plain text / CPU-s (one process, pyarrow's threads off: one core). Peak RSS (VmHWM) is the process's, over
+all repetitions. The splitter is off (`--sentence_splitter=none`) except in the row that names it.
 
     nice -n 10 python3 benchmarks/bench_corpus_formats.py [--mb 4]
 """
@@ -28,18 +33,39 @@ CORPORA = os.environ.get("TEXTRAIN_CORPORA", os.path.join(os.path.dirname(REPO),
 SOURCES = ["jane_austen_novels", "wikipedia_sample", "moby_dick", "python311_docs", "postgresql_docs"]
 
 _READ = """
-import json, sys, time
+import json, shutil, sys, tempfile, time
 from textrain.framework import corpus, corpus_formats
-path, fmt, splitter = sys.argv[1:4]
-for module in ("pyarrow.parquet", "zstandard", "mwparserfromhell", "blingfire"):  # imports are not reading
+path, fmt, splitter, mode = sys.argv[1:5]
+for module in ("pyarrow.parquet", "pyarrow.csv", "zstandard", "mwparserfromhell", "blingfire"):  # not reading
     __import__(module)
-start = time.process_time()
-options = corpus_formats.ReadOptions(input_format=fmt, sentence_splitter=splitter)
-paths = corpus.expand_paths(path, options) if fmt != "plain" else corpus.expand_paths(path)
-lines = sum(len(corpus.document_lines(t)) for t in corpus.iter_document_texts(paths))
-cpu = time.process_time() - start
+
+
+def read():
+    options = corpus_formats.ReadOptions(input_format=fmt, sentence_splitter=splitter)
+    paths = corpus.expand_paths(path, options) if fmt != "plain" else corpus.expand_paths(path)
+    return sum(len(corpus.document_lines(t)) for t in corpus.iter_document_texts(paths))
+
+
+def render():
+    options = corpus_formats.ReadOptions(input_format=fmt, sentence_splitter=splitter)
+    out = tempfile.mkdtemp()
+    try:
+        units = corpus_formats.plan_units(corpus.expand_paths(path, options), out)
+        for unit in units:
+            corpus_formats.render_unit(unit)
+        return len(units)
+    finally:
+        shutil.rmtree(out)
+
+
+best, total, reps = float("inf"), 0.0, 0
+while reps < 5 or (total < 0.5 and reps < 50):
+    start = time.process_time()
+    count = read() if mode == "read" else render()
+    cpu = time.process_time() - start
+    best, total, reps = min(best, cpu), total + cpu, reps + 1
 peak_kb = int(next(l for l in open("/proc/self/status") if l.startswith("VmHWM")).split()[1])
-print(json.dumps({"cpu": cpu, "lines": lines, "rss_mb": peak_kb / 1024}))
+print(json.dumps({"cpu": best, "count": count, "reps": reps, "rss_mb": peak_kb / 1024}))
 """
 
 
@@ -64,8 +90,8 @@ def documents(mb: float) -> list[list[str]]:
     return docs
 
 
-def read(path: str, fmt: str, splitter: str = "none") -> dict:
-    out = subprocess.run([sys.executable, "-c", _READ, path, fmt, splitter], check=True, capture_output=True,
+def measure(path: str, fmt: str, splitter: str = "none", mode: str = "read") -> dict:
+    out = subprocess.run([sys.executable, "-c", _READ, path, fmt, splitter, mode], check=True, capture_output=True,
                          text=True, cwd=REPO, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -97,19 +123,24 @@ def main() -> None:
                 path = os.path.join(folder, filename)
                 if not os.path.exists(path):
                     writer(docs, path)
-                r = read(path, fmt, splitter)
+                r = measure(path, fmt, splitter)
                 r["mb_s"] = text_mb / max(r["cpu"], 1e-9)
+                if mb == 4 * args.mb and (fmt != "plain" or filename.endswith(".zst")):  # datagen's render
+                    rendered = measure(path, "text" if fmt == "plain" else fmt, splitter, "render")
+                    r["render_mb_s"] = text_mb / max(rendered["cpu"], 1e-9)
+                    r["units"] = rendered["count"]
                 results[(name, mb)] = r
                 print(f"  {mb:g} MB {name}: {r}", flush=True)
     small, large = args.mb, 4 * args.mb
-    print(f"\n| format | MB/s per core ({small:g} MB) | vs plain text | MB/s per core ({large:g} MB) | "
-          f"vs plain text | peak RSS MB {small:g} -> {large:g} |")
-    print("|---|---|---|---|---|---|")
+    print(f"\n| format | read MB/s per core ({small:g} MB) | time vs plain text | read MB/s per core ({large:g} MB) | "
+          f"time vs plain text | render MB/s per core ({large:g} MB, units) | peak RSS MB {small:g} -> {large:g} |")
+    print("|---|---|---|---|---|---|---|")
     for name, *_ in formats:
         a, b = results[(name, small)], results[(name, large)]
         pa, pb = results[("plain text", small)], results[("plain text", large)]
-        print(f"| {name} | {a['mb_s']:.1f} | {pa['mb_s'] / a['mb_s']:.2f}x slower | {b['mb_s']:.1f} | "
-              f"{pb['mb_s'] / b['mb_s']:.2f}x slower | {a['rss_mb']:.0f} -> {b['rss_mb']:.0f} |")
+        render = f"{b['render_mb_s']:.1f} ({b['units']})" if "render_mb_s" in b else "-"
+        print(f"| {name} | {a['mb_s']:.1f} | {pa['mb_s'] / a['mb_s']:.2f}x | {b['mb_s']:.1f} | "
+              f"{pb['mb_s'] / b['mb_s']:.2f}x | {render} | {a['rss_mb']:.0f} -> {b['rss_mb']:.0f} |")
     print(f"load: {os.getloadavg()[0]:.2f} (1-min average) at the end")
 
 

@@ -36,6 +36,7 @@ import hashlib
 import io
 import itertools
 import json
+import json.scanner
 import os
 import re
 import zlib
@@ -227,8 +228,12 @@ class _ZstdFrames(io.RawIOBase):
 
     def __init__(self, raw: Any, zstd: Any):
         self.raw, self.zstd, self.offset = raw, zstd, 0
-        self._dobj, self._in_frame = zstd.ZstdDecompressor().decompressobj(), False
+        self._dobj, self._in_frame = self._decompressor(), False
         self._out, self._at = b"", 0  # decompressed bytes not yet read, from _at on
+
+    def _decompressor(self) -> Any:
+        # Output in 4 MB pieces: the default (128 KB) made decompression ~3x slower (joins of many pieces).
+        return self.zstd.ZstdDecompressor().decompressobj(write_size=1 << 22)
 
     def readable(self) -> bool:
         return True
@@ -247,7 +252,7 @@ class _ZstdFrames(io.RawIOBase):
                 self._in_frame = not self._dobj.eof
                 chunk = self._dobj.unused_data if self._dobj.eof else b""
                 if self._dobj.eof:
-                    self._dobj = self.zstd.ZstdDecompressor().decompressobj()
+                    self._dobj = self._decompressor()
             self._out, self._at = b"".join(parts), 0
         n = min(len(b), len(self._out) - self._at)
         b[:n] = memoryview(self._out)[self._at:self._at + n]
@@ -366,33 +371,93 @@ def _line_blocks(path: str) -> Iterator[tuple[int, list[str]]]:
             raise _corrupt(path, f"after line {lineno - 1}" + (f" (byte {offset})" if offset else ""), e) from None
 
 
+_SCAN = json.scanner.make_scanner(json.JSONDecoder())  # json.loads less its per-call layers (C when built)
+
+
 def _jsonl_batches(path: str, fields: tuple[str, ...], part: Part) -> Iterator[Batch]:
-    loads = json.loads
-    single = fields[0] if len(fields) == 1 else None
     for first, lines in _line_blocks(path):
-        numbers: list[int] = []  # each record's line in the block
-        columns: list[list[Any]] = [[] for _ in fields]
-        append = columns[0].append
-        for i, line in enumerate(lines):
-            try:
-                record = loads(line)
-            except ValueError as e:
-                if not line or line.isspace():
-                    continue
-                record = _Missing(f"not JSON ({e})")
-            numbers.append(i)
-            if single is not None:  # the hot path: one field, most often a top-level key
-                try:
-                    append(record[single])
-                except (KeyError, TypeError, IndexError):
-                    append(_lookup(record, single))
-            else:
-                for column, field in zip(columns, fields):
-                    column.append(_lookup(record, field))
-        yield (lambda j, first=first, numbers=numbers: f"line {first + numbers[j]}"), columns
+        try:  # the common block: every line one JSON value, nothing around it
+            scanned = [_SCAN(line, 0) for line in lines]
+            numbers = None
+            if any(end != len(line) for (_, end), line in zip(scanned, lines)):
+                raise ValueError("something after a value")
+            records = [record for record, _ in scanned]
+        except (StopIteration, ValueError):  # a blank, padded or bad line: line by line, as json.loads sees it
+            records, numbers = _jsonl_lines(lines)
+        columns = [_jsonl_column(records, field) for field in fields]
+        yield ((lambda j, first=first: f"line {first + j}") if numbers is None else
+               (lambda j, first=first, numbers=numbers: f"line {first + numbers[j]}")), columns
+
+
+def _jsonl_lines(lines: list[str]) -> tuple[list[Any], list[int]]:
+    """Each non-blank line parsed on its own (a line that is not JSON: a _Missing saying why), and its index."""
+    records, numbers = [], []
+    for i, line in enumerate(lines):
+        try:
+            records.append(json.loads(line))
+        except ValueError as e:
+            if not line or line.isspace():
+                continue
+            records.append(_Missing(f"not JSON ({e})"))
+        numbers.append(i)
+    return records, numbers
+
+
+def _jsonl_column(records: list[Any], field: str) -> list[Any]:
+    try:  # the common case: every record an object with the field at its top level
+        return [r[field] for r in records]
+    except (KeyError, TypeError, IndexError):
+        return [_lookup(r, field) for r in records]
 
 
 def _csv_batches(path: str, fields: tuple[str, ...], part: Part, delimiter: str) -> Iterator[Batch]:
+    """CSV/TSV records. pyarrow's streaming CSV reader (when installed) parses ~5x faster than the csv module;
+    whatever it stops at (a row of another width, bytes that are not UTF-8, a broken quote, a corrupt
+    compressed file) the csv module reads from that record on, and names the line or makes it a bad record,
+    as it does without pyarrow. Both give the same values of well-formed rows (tests/test_corpus_formats.py)."""
+    header = _csv_header(path, delimiter)
+    try:
+        import pyarrow as pa
+        import pyarrow.csv as pcsv
+    except ImportError:
+        pa = None
+    if header is None or pa is None or any(f not in header for f in fields):
+        yield from _csv_python_batches(path, fields, delimiter)
+        return
+    done = 0
+    try:
+        with open_binary(path) as raw:
+            reader = pcsv.open_csv(
+                raw, read_options=pcsv.ReadOptions(use_threads=False, block_size=1 << 20),
+                parse_options=pcsv.ParseOptions(delimiter=delimiter, quote_char=False if delimiter == "\t" else '"',
+                                                newlines_in_values=delimiter != "\t"),
+                convert_options=pcsv.ConvertOptions(column_types={f: pa.string() for f in fields},
+                                                    include_columns=list(dict.fromkeys(fields))))
+            for batch in reader:
+                names = batch.schema.names
+                columns = [batch.column(names.index(f)).to_pylist() for f in fields]
+                yield (lambda j, n=done: f"record {n + j + 1}"), columns
+                done += batch.num_rows
+    except FormatError:
+        raise
+    except Exception:  # noqa: BLE001 -- any stop of pyarrow's reader: the csv module goes on (see above)
+        yield from _csv_python_batches(path, fields, delimiter, skip=done)
+
+
+def _csv_header(path: str, delimiter: str) -> list[str] | None:
+    """The first row's names (a BOM removed); None for an empty file or one the csv module must read."""
+    try:
+        with io.TextIOWrapper(open_binary(path), encoding="utf-8", newline="") as text:
+            row = next(csv.reader(text, delimiter=delimiter,
+                                  quoting=csv.QUOTE_NONE if delimiter == "\t" else csv.QUOTE_MINIMAL), None)
+    except Exception:  # noqa: BLE001 -- the csv module's reader reports it, naming the line
+        return None
+    return None if row is None else [h.lstrip("\ufeff") for h in row]
+
+
+def _csv_python_batches(path: str, fields: tuple[str, ...], delimiter: str, skip: int = 0) -> Iterator[Batch]:
+    """CSV/TSV by Python's csv module, naming each record by its line; the first `skip` records left out
+    (those pyarrow's reader gave before it stopped: see _csv_batches)."""
     csv.field_size_limit(1 << 30)
     with io.TextIOWrapper(open_binary(path), encoding="utf-8", newline="") as text:
         reader = csv.reader(text, delimiter=delimiter,
@@ -420,6 +485,10 @@ def _csv_batches(path: str, fields: tuple[str, ...], part: Part, delimiter: str)
                     for column, k, field in zip(columns, index, fields):
                         column.append(row[k] if 0 <= k < len(row) else _Missing(f"no field {field!r}"))
                 lines.append(reader.line_num)
+                if skip:
+                    skip -= 1
+                    lines, columns = [], [[] for _ in fields]
+                    continue
                 if len(lines) >= _BATCH_ROWS:
                     yield (lambda j, lines=lines: f"line {lines[j]}"), columns
                     lines, columns = [], [[] for _ in fields]
