@@ -8,7 +8,8 @@ Decisions:
   transparently (by extension), as tensor2tensor does (`.zst` too, through corpus_formats).
 - Other formats (JSON Lines, Parquet, Arrow, CSV/TSV, MediaWiki XML): `expand_paths(pattern, options)`
   gives `corpus_formats.CorpusFile`s, opened here as the text they stand for; documents of records are
-  counted without being cut into sentences unless kept (see corpus_formats).
+  counted without being cut into sentences unless kept (see corpus_formats). In a datagen shard job a file
+  that the run rendered to plain text already is read from its rendered units (`CorpusFile.rendered`).
 - Bytes that are not UTF-8 are an error naming the file and line by default. `on_bad_utf8="replace"`
   substitutes U+FFFD, `"skip"` drops the line; both count what they did and log it once per file.
 - A document never continues into the next file, and empty documents are never yielded.

@@ -16,8 +16,14 @@ knows how to read it), and the corpus reader opens a structured file as the plai
 So the same text in any format gives the same documents, lines and rows, hence byte-identical shards.
 
 Decisions:
-- Streamed: JSON Lines / CSV / XML a line or element at a time, Parquet a row group, Arrow a record
-  batch; memory does not grow with the file. Parquet and Arrow are not compressed from outside (they
+- Streamed a batch at a time: JSON Lines ~1 MB of lines, CSV/TSV pyarrow's streaming reader (Python's csv
+  module where pyarrow is absent or stops: exact line numbers), XML an element at a time, Parquet a batch of
+  a row group (only the asked columns), Arrow a record batch; memory does not grow with the file. A batch
+  is a list per field: no Python object per record but its values.
+- Datagen renders each structured or compressed file once to plain text, split into units (a file, or a
+  range of Parquet row groups / Arrow record batches: `plan_units`, `render_unit`) that its workers or a
+  Beam stage render in parallel; the shards then read a file's units one after another
+  (`CorpusFile.rendered`), which is exactly the file's text (framework/generator.py says why). Parquet and Arrow are not compressed from outside (they
   compress their columns; a .parquet.gz would have to be held in memory): refused with what to do.
 - A bad record (missing field, a value that is not a string, a line that is not JSON) is an error naming
   file and line/row; `skip_bad_records=N` leaves out up to N per file, logged with the first places.
