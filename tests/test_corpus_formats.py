@@ -99,6 +99,18 @@ def test_format_given_and_workers(work, tmp_path):
     assert shard_bytes(str(tmp_path / "one")) == work["bert"] == shard_bytes(str(tmp_path / "two"))
 
 
+def test_jsonl_values_only_the_json_module_reads(work, tmp_path):
+    """Records with values orjson refuses (NaN, an integer past 64 bits, a lone surrogate) in other fields:
+    read as the json module reads them, the plain text's shards."""
+    path = tmp_path / "odd.jsonl"
+    odd = ['"n": NaN', '"big": 123456789012345678901234567890', '"s": "\\ud800"']
+    path.write_text("".join("{" + odd[i % 3] + ", " + json.dumps({"text": "\n".join(d)})[1:] + "\n"
+                            for i, d in enumerate(work["docs"])))
+    datagen(str(tmp_path / "o"), *BERT, f"--input_file={path}", f"--vocab_file={work['vocab']}",
+            "--sentence_splitter=none")
+    assert shard_bytes(str(tmp_path / "o")) == work["bert"]
+
+
 def test_electra_and_xlnet_same_shards(work, tmp_path):
     docs = work["docs"]
     parquet = cf.write_parquet(docs, str(tmp_path / "c.parquet"))
