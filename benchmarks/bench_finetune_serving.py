@@ -32,7 +32,10 @@ Part B, serving raw strings:
 - each SavedModel is loaded in a fresh process and timed on the same unseen dev sentences: latency at
   batch 1 (median and p90 of --latency_calls calls, one new sentence each, after 3 warm-up calls) and
   throughput at batch --serve_batch (--throughput_batches batches of new sentences, after one warm-up
-  batch). Both pad to --seq_len, so both compute on the same shapes.
+  batch). Both truncate at --seq_len. keras-hub's preprocessor pads every row to it; our `serve_text` cuts
+  the batch to its longest row (trainers/export.py; padding changes no output). `--ours_baseline DIR` times
+  one more SavedModel of ours in the same run, e.g. one exported before that change (it pads to --seq_len:
+  the same shapes as the peer).
 
 Every measured side runs in a FRESH process (`same_run.run_measured`: its peak RSS is its own); wall and
 CPU seconds of that process are printed (on a shared machine CPU seconds are the steadier figure), with the
@@ -82,6 +85,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--parts", default="step,serve", help="step, serve or both")
     parser.add_argument("--sides", default="ours,peer", help="ours, peer or both")
     parser.add_argument("--peer_python", default=PEER_PYTHON, help="the interpreter that has keras-hub")
+    parser.add_argument("--ours_baseline", default="", help="part B: also time this SavedModel of ours (e.g. one an "
+                        "earlier commit exported) in the same run, as 'textrain, baseline'")
     parser.add_argument("--child", default="", help=argparse.SUPPRESS)
     parser.add_argument("--shapes", default="", help=argparse.SUPPRESS)  # the parent's shapes(), as json
     args = parser.parse_args(argv)
@@ -394,7 +399,7 @@ def peer_available(python: str) -> bool:
 
 
 def label(side: str) -> str:
-    return "textrain" if side == "ours" else "keras-hub"
+    return {"ours": "textrain", "peer": "keras-hub", "baseline": "textrain, baseline"}[side]
 
 
 def part_step(args: argparse.Namespace, sides: list[str]) -> dict:
@@ -423,20 +428,22 @@ def part_serve(args: argparse.Namespace, sides: list[str], task: dict) -> dict:
     if "peer" in sides:
         paths["peer"], info = export_peer(args)
         print(f"keras-hub token ids equal ours on {info['same_ids']}/{info['sentences']} dev sentences")
-    print(f"\nB. serving raw strings from the SavedModel, L{args.seq_len} (both pad to it): batch 1 x "
+    print(f"\nB. serving raw strings from the SavedModel, truncated at L{args.seq_len}: batch 1 x "
           f"{args.latency_calls} calls, batch {args.serve_batch} x {args.throughput_batches} batches, fresh process")
-    print(f"{'side':<10} {'load s':>6} {'1st call s':>10} {'b1 p50 ms':>9} {'p90 ms':>7} {'CPU ms':>7} "
+    print(f"{'side':<18} {'load s':>6} {'1st call s':>10} {'b1 p50 ms':>9} {'p90 ms':>7} {'CPU ms':>7} "
           f"{f'b{args.serve_batch} sent/s':>12} {'CPU s/batch':>11} {'peak RSS MiB':>12} {'load':>5}")
+    if args.ours_baseline:
+        paths["baseline"] = args.ours_baseline
     rows = {}
-    for side in sides:
-        r = rows[side] = run_child(args, f"serve:{side}:{paths[side]}",
+    for side in paths:
+        r = rows[side] = run_child(args, f"serve:{'peer' if side == 'peer' else 'ours'}:{paths[side]}",
                                    args.peer_python if side == "peer" else sys.executable)
-        print(f"{label(side):<10} {r['load_s']:6.1f} {r['first_call_s']:10.2f} {r['latency_p50_ms']:9.1f} "
+        print(f"{label(side):<18} {r['load_s']:6.1f} {r['first_call_s']:10.2f} {r['latency_p50_ms']:9.1f} "
               f"{r['latency_p90_ms']:7.1f} {r['latency_cpu_ms']:7.1f} {r['throughput_sps']:12.1f} "
               f"{r['throughput_cpu_s_per_batch']:11.2f} {r['peak_rss_mib']:12,.0f} {r['load_avg_1m']:5.1f}", flush=True)
-    if len(rows) == 2:
-        o, p = rows["ours"], rows["peer"]
-        print(f"ours/peer: batch-1 p50 latency {o['latency_p50_ms'] / p['latency_p50_ms']:.2f}x, p90 "
+    for side in [x for x in ("ours", "baseline") if x in rows and "peer" in rows]:
+        o, p = rows[side], rows["peer"]
+        print(f"{label(side)}/keras-hub: batch-1 p50 latency {o['latency_p50_ms'] / p['latency_p50_ms']:.2f}x, p90 "
               f"{o['latency_p90_ms'] / p['latency_p90_ms']:.2f}x; batch-{args.serve_batch} throughput "
               f"{o['throughput_sps'] / p['throughput_sps']:.2f}x (higher is better), CPU s/batch "
               f"{o['throughput_cpu_s_per_batch'] / p['throughput_cpu_s_per_batch']:.2f}x; peak RSS "
