@@ -9,7 +9,8 @@ Signatures:
   classification.
 - `serve_text`: raw strings in — text_a `[batch]` — and `serve_text_pair`: text_a, text_b — tokenised
   IN the graph by framework/graph_wordpiece.GraphWordpieceTokenizer (same ids as the WordPiece
-  encoder the records were made with), then the same outputs. BERT and ELECTRA only: XLNet's
+  encoder the records were made with; the batch is cut to its longest row, padding changes no output),
+  then the same outputs. BERT and ELECTRA only: XLNet's
   SentencePiece has no core-TensorFlow op (it needs tensorflow-text's, which would install the full
   `tensorflow` wheel over `tensorflow-cpu`), so an XLNet export has the ids signature only.
 
@@ -57,8 +58,13 @@ class ServingModule(tf.Module):
                 lambda text_a, text_b: self._serve_tokens(tokenizer(text_a, text_b)), input_signature=[text, text])
 
     def _serve_tokens(self, tokens: dict) -> dict:
-        return self._serve_ids(tf.cast(tokens["input_ids"], tf.int32), tf.cast(tokens["input_mask"], tf.int32),
-                               tf.cast(tokens["segment_ids"], tf.int32))
+        # The tokenizer pads every row to max_seq_length; the encoder's cost grows with the length, and a real
+        # token's output does not depend on padding (masked keys get exactly zero attention weight): cut the
+        # batch to its longest row. Truncation is unchanged (still at max_seq_length).
+        mask = tf.cast(tokens["input_mask"], tf.int32)
+        length = tf.maximum(tf.reduce_max(tf.reduce_sum(mask, axis=1)), 1)  # an empty batch: max is INT_MIN
+        return self._serve_ids(tf.cast(tokens["input_ids"][:, :length], tf.int32), mask[:, :length],
+                               tf.cast(tokens["segment_ids"][:, :length], tf.int32))
 
     def _serve_ids(self, input_ids, input_mask, segment_ids) -> dict:
         model = self._get_model()
