@@ -112,19 +112,27 @@ class TreeMonitor(threading.Thread):
                     p["kb"], p["cpu"] = max(p["kb"], got[0]), max(p["cpu"], got[1])
             self.stop.wait(0.2)
 
-    def workers(self, local_single: bool) -> list[int]:
-        """Peak RSS (KiB) of each process that made shards."""
+    def worker_pids(self, local_single: bool) -> list[int]:
+        """The processes that made shards."""
         if local_single:
-            return [self.procs.get(self.root, {}).get("kb", 0)]
+            return [self.root]
         out = []
         for pid, p in self.procs.items():
             parent_cmd = self.procs.get(p["ppid"], {}).get("cmd", "")
             argv0 = p["cmd"].split(" ", 1)[0]
             if "python" in argv0 and "sdk_worker_main" in p["cmd"]:
-                out.append(p["kb"])                  # a Beam SDK harness
+                out.append(pid)                      # a Beam SDK harness
             elif "forkserver" in parent_cmd and p["ppid"] != self.root:
-                out.append(p["kb"])                  # a local pool worker (a child of the fork server)
-        return sorted(out, reverse=True)
+                out.append(pid)                      # a local pool worker (a child of the fork server)
+        return out
+
+    def workers(self, local_single: bool) -> list[int]:
+        """Peak RSS (KiB) of each process that made shards."""
+        return sorted((self.procs.get(pid, {}).get("kb", 0) for pid in self.worker_pids(local_single)), reverse=True)
+
+    def worker_cpu(self, local_single: bool) -> float:
+        """CPU seconds of the processes that made shards (the rest: launcher, job service, fork server)."""
+        return sum(self.procs.get(pid, {}).get("cpu", 0.0) for pid in self.worker_pids(local_single))
 
 
 def children_cpu() -> float:
@@ -165,7 +173,8 @@ def run_config(name: str, args: list[str], data_dir: str) -> dict:
             hashes[s["file"]] = hashlib.sha256(f.read()).hexdigest()
     return dict(name=name, wall=wall, cpu=cpu, examples=manifest["num_examples"], hashes=hashes,
                 launcher_kb=monitor.procs.get(proc.pid, {}).get("kb", 0),
-                worker_kb=monitor.workers(local_single=name == "local-1"))
+                worker_kb=monitor.workers(local_single=name == "local-1"),
+                worker_cpu=monitor.worker_cpu(local_single=name == "local-1"))
 
 
 # ============================================================================================= #
@@ -327,12 +336,12 @@ def time_manifest_step(data_dir: str, corpus_path: str, vocab: str, args: argpar
 def print_scale_table(results: dict[str, dict], megabytes: float) -> bool:
     """The figures of every configuration measured for this key; True when all wrote the same shards."""
     print(f"\n{'run':8s} {'wall s':>8s} {'shards/min':>10s} {'CPU s':>8s} {'CPU-s/MB':>8s} {'MB/CPU-s':>8s} "
-          f"{'MB/s/worker':>11s}  peak RSS MiB launcher | workers   load before/after  when")
+          f"{'MB/s/worker':>11s} {'worker CPU s':>12s}  peak RSS MiB launcher | workers   load before/after  when")
     for name, r in results.items():
         per_worker = ", ".join(f"{kb / 1024:.0f}" for kb in r["worker_kb"])
         print(f"{name:8s} {r['wall']:8.1f} {r['num_shards'] / r['wall'] * 60:10.1f} {r['cpu']:8.1f} "
               f"{r['cpu'] / megabytes:8.3f} {megabytes / r['cpu']:8.2f} "
-              f"{megabytes / r['wall'] / workers_of(name):11.2f}  {r['launcher_kb'] / 1024:.0f} | [{per_worker}]   "
+              f"{megabytes / r['wall'] / workers_of(name):11.2f} {r.get('worker_cpu', 0):12.1f}  {r['launcher_kb'] / 1024:.0f} | [{per_worker}]   "
               f"{'/'.join(r['load_before'])} -> {'/'.join(r['load_after'])}  {r['when']}")
     for name, r in results.items():
         if name.startswith("beam"):
