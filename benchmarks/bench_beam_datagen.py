@@ -59,6 +59,23 @@ def make_corpus(path: str, megabytes: float, corpora: str) -> int:
     return written
 
 
+def thread_cpu(pid: int) -> dict[int, float]:
+    """tid -> CPU seconds so far of each thread of a live process."""
+    out = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            out[int(tid)] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, IndexError, ValueError):
+            pass
+    return out
+
+
 def process_table() -> dict[int, int]:
     """pid -> parent pid of every process."""
     parents = {}
@@ -110,6 +127,9 @@ class TreeMonitor(threading.Thread):
                 if got:
                     p = self.procs.setdefault(pid, dict(kb=0, cpu=0.0, ppid=parents.get(pid), cmd=got[2]))
                     p["kb"], p["cpu"] = max(p["kb"], got[0]), max(p["cpu"], got[1])
+                    threads = p.setdefault("threads", {})
+                    for tid, cpu in thread_cpu(pid).items():
+                        threads[tid] = max(threads.get(tid, 0.0), cpu)
             self.stop.wait(0.2)
 
     def worker_pids(self, local_single: bool) -> list[int]:
@@ -129,6 +149,15 @@ class TreeMonitor(threading.Thread):
     def workers(self, local_single: bool) -> list[int]:
         """Peak RSS (KiB) of each process that made shards."""
         return sorted((self.procs.get(pid, {}).get("kb", 0) for pid in self.worker_pids(local_single)), reverse=True)
+
+    def worker_threads(self, local_single: bool) -> list[list[float]]:
+        """Per worker: CPU seconds of its busiest thread (the one running shard jobs) and of all its
+        other threads together (a Beam harness's gRPC, progress and logging threads; the runtime's)."""
+        out = []
+        for pid in self.worker_pids(local_single):
+            cpus = sorted(self.procs.get(pid, {}).get("threads", {}).values(), reverse=True)
+            out.append([cpus[0] if cpus else 0.0, sum(cpus[1:])])
+        return out
 
     def worker_cpu(self, local_single: bool) -> float:
         """CPU seconds of the processes that made shards (the rest: launcher, job service, fork server)."""
@@ -174,7 +203,9 @@ def run_config(name: str, args: list[str], data_dir: str) -> dict:
     return dict(name=name, wall=wall, cpu=cpu, examples=manifest["num_examples"], hashes=hashes,
                 launcher_kb=monitor.procs.get(proc.pid, {}).get("kb", 0),
                 worker_kb=monitor.workers(local_single=name == "local-1"),
-                worker_cpu=monitor.worker_cpu(local_single=name == "local-1"))
+                worker_cpu=monitor.worker_cpu(local_single=name == "local-1"),
+                worker_threads=monitor.worker_threads(local_single=name == "local-1"),
+                launcher_cpu=monitor.procs.get(proc.pid, {}).get("cpu", 0.0))
 
 
 # ============================================================================================= #
@@ -343,6 +374,11 @@ def print_scale_table(results: dict[str, dict], megabytes: float) -> bool:
               f"{r['cpu'] / megabytes:8.3f} {megabytes / r['cpu']:8.2f} "
               f"{megabytes / r['wall'] / workers_of(name):11.2f} {r.get('worker_cpu', 0):12.1f}  {r['launcher_kb'] / 1024:.0f} | [{per_worker}]   "
               f"{'/'.join(r['load_before'])} -> {'/'.join(r['load_after'])}  {r['when']}")
+    for name, r in results.items():
+        if "worker_threads" in r:
+            split = "; ".join(f"{a:.1f} + {b:.1f}" for a, b in r["worker_threads"])
+            print(f"{name}: worker CPU s, busiest thread + the others: {split}; launcher process "
+                  f"{r['launcher_cpu']:.1f} CPU-s; the rest of the tree {r['cpu'] - r['worker_cpu'] - (0 if name == 'local-1' else r['launcher_cpu']):.1f}")
     for name, r in results.items():
         if name.startswith("beam"):
             for ref in dict.fromkeys((f"local-{workers_of(name)}", "local-1")):
