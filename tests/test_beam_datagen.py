@@ -137,3 +137,46 @@ def test_killed_pipeline_leaves_no_manifest_and_a_rerun_completes(beam, tmp_path
     assert shard_hashes(run_dir) == shard_hashes(reference)
     assert manifest(run_dir) == manifest(reference)
     assert not [n for n in os.listdir(folder) if n.endswith(".incomplete")]
+
+
+def test_bench_scale_mode_keeps_documents_whole_and_refuses_differing_shards(beam, tmp_path):
+    """benchmarks/bench_beam_datagen.py --scale on a tiny corpus (2.5 copies of Emma), local runner only:
+    the corpus is whole copies plus a copy cut at a document end, written once and reused; a saved run
+    whose shards differ makes the script exit 1."""
+    import gzip
+    import shutil
+
+    corpora = tmp_path / "corpora"
+    corpora.mkdir()
+    with open(EMMA, "rb") as src, gzip.open(corpora / "emma.txt.gz", "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    work = tmp_path / "work"
+    megabytes = 2.5 * os.path.getsize(EMMA) / 1e6
+    cmd = [sys.executable, os.path.join(REPO, "benchmarks", "bench_beam_datagen.py"), "--scale",
+           f"--mb={megabytes}", f"--vocab_mb={os.path.getsize(EMMA) / 1e6}", "--vocab_size=500", "--num_shards=3",
+           f"--corpora={corpora}", f"--work_dir={work}"]
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    proc = subprocess.run(cmd + ["--configs=local-1"], capture_output=True, text=True, timeout=240, env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "identical across local-1: True" in proc.stdout
+
+    corpus = work / f"corpus-{megabytes:g}MB.txt"
+    text = corpus.read_bytes()
+    copy = open(EMMA, "rb").read().rstrip(b"\n") + b"\n\n"
+    assert text[:2 * len(copy)] == copy * 2
+    assert len(text) >= megabytes * 1e6 and text.endswith(b"\n\n")
+    assert copy.startswith(text[2 * len(copy):])  # the third copy is cut ...
+    assert copy[len(text) - 2 * len(copy) - 2:].startswith(b"\n\n")  # ... where a document ends
+    mtime = corpus.stat().st_mtime_ns
+
+    # A saved beam-1 result whose first shard differs: the table shows it and the script fails.
+    results = work / "results"
+    (saved,) = results.iterdir()
+    r = json.loads(saved.read_text())
+    first = sorted(r["hashes"])[0]
+    r["hashes"][first] = "0" * 64
+    (results / saved.name.replace("--local-1", "--beam-1")).write_text(json.dumps(r))
+    proc = subprocess.run(cmd + ["--configs="], capture_output=True, text=True, timeout=240, env=env)
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "identical across beam-1, local-1: False" in proc.stdout
+    assert corpus.stat().st_mtime_ns == mtime  # reused, not written again
