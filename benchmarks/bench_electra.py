@@ -22,12 +22,18 @@ RSS on the small vs the big corpus (memory must not grow with the corpus; `--rss
 whether its shards are byte-identical to today's.
 Figures: benchmarks/README.md.
 
-Step: ELECTRA-small (hidden 256, 12 layers, embedding 128, generator 64 wide) at L128 on batches of the records made
-above (random ids in Google's vocab layout without a corpus), as `trainers.core.Trainer` runs it (forward + backward +
-global-norm clipping + AdamW, benchmarks/step_bench.py), in fp32 or mixed bf16, with or without XLA (jit_compile).
-Each mode runs in a fresh process (its own peak RSS); one warm-up step (tracing/compilation) is excluded, the next
-`--steps` are timed (wall and CPU seconds); the share of the matmul peak (measured in the same run) is model FLOPs
-per step / step wall / matmul FLOP/s. No peer runs beside it (bench_bert_step.py runs keras-hub for BERT).
+Step (issue #25): ELECTRA-small (hidden 256, 12 layers, embedding 128, generator 64 wide) at L128 on one batch of the
+records made above (random ids in Google's vocab layout without a corpus), written once to an .npz that both sides
+read. Ours: as `trainers.core.Trainer` runs it (forward + backward + global-norm clipping + AdamW 5e-4,
+benchmarks/step_bench.py). Peer (`--sides`, default both; keras-hub 0.32.0 in .venv-bench, else "peer not
+installed: <command>" and ours alone): two keras-hub `ElectraBackbone`s with the same sizes, MLM head tied to the
+shared embedding, the same in-graph masking, Gumbel sampling, RTD loss and weights, Keras AdamW with our schedule
+and clipping (`peer_step_child` says what differs). fp32 or mixed bf16 (`mixed_bfloat16` on the peer), with or
+without XLA (jit_compile, both sides). Each side and mode runs in a fresh process (its own peak RSS); one warm-up
+step (tracing/compilation) is excluded, the next `--steps` are timed (wall and CPU seconds); the share of the matmul
+peak (measured in the same run) is model FLOPs per step / step wall / matmul FLOP/s; ours/peer ratios per mode.
+
+    nice -n 10 python3 benchmarks/bench_electra.py --part=step --modes=fp32,bf16 --steps=3     # ours and keras-hub
 """
 from __future__ import annotations
 

@@ -1,19 +1,36 @@
-"""XLNet pretraining training step on this machine: s/step, examples/s, peak RSS and the share of the measured
-matmul peak, with and without per-layer recompute (gradient checkpointing) and bf16.
+"""XLNet pretraining training step on this machine, ours beside keras-hub's (issue #25): s/step, CPU-s/step,
+examples/s, peak RSS, the share of the measured matmul peak, ratios ours/peer; with and without per-layer
+recompute (gradient checkpointing, ours only) and bf16.
 
-A step is `trainers.core.Trainer`'s step (benchmarks/step_bench.py: forward + backward + global-norm clipping +
-XLNet's Adam with bias correction, `--optimizer=adam --weight_decay=0`), memories carried from step to step in
-the Trainer's per-replica state, on XLNet-base shapes by default (L=512, reuse_len=256, mem_len=384,
-num_predict=85, bi_data, batch 2). Each variant runs in its own process (`same_run.run_measured`), so its peak
-RSS is its own; the matmul peak (fp32, bf16) is measured in its own process of the same run.
+Sides (`--sides`, default all three; each side and variant a fresh process, `same_run.run_measured`, so its peak
+RSS is its own; the matmul peak, fp32 and bf16, is measured in its own process of the same run):
+- `ours`: `trainers.core.Trainer`'s step (benchmarks/step_bench.py: forward + backward + global-norm clipping +
+  XLNet's Adam with bias correction, `--optimizer=adam --weight_decay=0`), full XLNet pretraining: two-stream
+  attention (query stream on the num_predict targets through target_mapping), memories carried from step to step
+  in the Trainer's per-replica state, the permutation mask, bi_data, dropout and attention dropout 0.1.
+- `peer`: keras-hub 0.32.0's `XLNetBackbone` (in .venv-bench; without it "peer not installed: <command>" and ours
+  alone) with XLNet's LM head tied to its word embedding (+ bias) on the same predicted positions, the same
+  cross-entropy, Keras Adam (our schedule, epsilon 1e-6, `global_clipnorm=1.0`), one `tf.function` step, fp32 or
+  `mixed_bfloat16`. What the peer CANNOT express: `XLNetBackbone` runs the content stream only, with a mask made
+  from the padding mask alone: no query stream / target_mapping, no memories (its inputs are token_ids,
+  segment_ids and padding_mask), no permutation mask, no bi_data (its relative encoding is forward only), no
+  attention dropout (its attention layers are built with rate 0). Its layers (`XLNetEncoder`,
+  `TwoStreamRelativeAttention`) take `mems`, a query stream and `target_mapping`, but the backbone does not wire
+  them. It also projects the relative encoding once per example (ours once per direction) and, for a batch
+  above 1, scrambles it (a reshape where a transpose is meant: example 0 of batch 2 gets distances
+  3,3,2,2,1,1 for 3,2,1,0,-1,-2); the cost is unchanged by that.
+- `ours_content`: ours with only what the peer computes, for the like-for-like ratio: our encoder's content
+  stream (no query stream, memories, permutation mask; bi_data and attention dropout off), the tied LM head at the
+  predicted positions, through the same Trainer.
 
-    nice -n 10 python3 benchmarks/bench_xlnet_step.py --variants=fp32,bf16      # base shapes
-    python3 benchmarks/bench_xlnet_step.py --n_layer=2 --steps=2 --variants=fp32,fp32_recompute
+XLNet-base shapes by default (L=512, reuse_len=256, mem_len=384, num_predict=85, bi_data, batch 2).
 
-Model FLOPs per step are counted from the shapes (two-stream attention with memories, relative positions,
-the LM head on the num_predict targets; backward = 2 x forward); the share is FLOPs / step wall / matmul peak.
-No original XLNet (TF1) figure from this machine exists to print beside ours; the comparison that matters here is
-between variants (recompute cuts activation memory at the cost of one extra forward per layer).
+    nice -n 10 python3 benchmarks/bench_xlnet_step.py --variants=fp32,bf16 --steps=1     # base, three sides
+    python3 benchmarks/bench_xlnet_step.py --n_layer=2 --steps=2 --variants=fp32,fp32_recompute --sides=ours
+
+Model FLOPs per step are counted from the shapes (ours: two-stream attention with memories, relative positions,
+the LM head on the num_predict targets; the peer and ours_content: the content stream alone; backward = 2 x
+forward); the share is FLOPs / step wall / matmul peak.
 
 On a GPU (found automatically) `--max_batch` finds the largest batch of XLNet-Large at L512 that trains
 (doubling until a step fails, then bisecting; each try is a fresh process) and prints its s/step. On a CPU-only
@@ -52,6 +69,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--sides", default=",".join(SIDES), help="comma list of ours (full XLNet), ours_content (ours "
                    "with only what the peer computes), peer (keras-hub XLNetBackbone, in .venv-bench); the last "
                    "two run only for the variants without recompute")
+    p.add_argument("--profile", default="", help="profile one more step of each side into this folder and print "
+                   "the op types that took the time (step_bench.summarise_profile)")
     p.add_argument("--max_batch", action="store_true", help="GPU: largest XLNet-Large L512 batch (see above)")
     p.add_argument("--child", default="", help=argparse.SUPPRESS)
     return p.parse_args(argv)
@@ -151,7 +170,10 @@ def run_child(args) -> dict:
     trainer, model_dir = step_bench.make_trainer(model_fn, batch, precision="bf16" if bf16 else "fp32",
                                                  optimizer="adam", weight_decay=0.0)
     try:
-        result = step_bench.time_steps(step_bench.trainer_step_fn(trainer), args.warmup, args.steps)
+        step = step_bench.trainer_step_fn(trainer)
+        result = step_bench.time_steps(step, args.warmup, args.steps)
+        if args.profile:
+            result["profile"] = step_bench.summarise_profile(step_bench.profile_steps(step, args.profile))
     finally:
         import shutil
         shutil.rmtree(model_dir, ignore_errors=True)
@@ -208,7 +230,10 @@ def peer_child(args, bf16: bool) -> dict:
         optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
         return loss
 
-    result = step_bench.time_steps(lambda: float(train_step(batch)), args.warmup, args.steps)
+    step = lambda: float(train_step(batch))  # noqa: E731
+    result = step_bench.time_steps(step, args.warmup, args.steps)
+    if args.profile:
+        result["profile"] = step_bench.summarise_profile(step_bench.profile_steps(step, args.profile))
     config = SimpleNamespace(n_layer=n_layer, **{k: v for k, v in sizes.items() if k != "n_layer"})
     result.update(flops=content_flops(config, args), params=sum(int(tf.size(v)) for v in variables))
     return result
@@ -285,7 +310,8 @@ def main(argv=None) -> None:
                 continue  # recompute is ours alone
             python = peers.PEER_PYTHON if side == "peer" else sys.executable
             try:
-                r = rows[side] = peers.run_side([python, os.path.abspath(__file__), *passthrough,
+                profile = [f"--profile={os.path.join(args.profile, side + '_' + variant)}"] if args.profile else []
+                r = rows[side] = peers.run_side([python, os.path.abspath(__file__), *passthrough, *profile,
                                                  f"--child={side}:{variant}"])
             except RuntimeError as e:
                 print(f"{variant:<10} {side:<16} failed: {str(e)[-1500:]}")
@@ -293,6 +319,8 @@ def main(argv=None) -> None:
             label = {"ours": "textrain", "ours_content": "textrain content", "peer": "keras-hub"}[side]
             print(peers.row(variant, label, r, args.batch, r["flops"], peak,
                             "bf16" if variant.startswith("bf16") else "fp32"), flush=True)
+            for op, ms, count in r.get("profile", []):
+                print(f"    {op:<40} {ms:10.1f} ms  x{count}")
         if "peer" in rows:
             for side in ("ours_content", "ours"):
                 if side in rows:
