@@ -248,7 +248,16 @@ def read_step_batch(path: str):
     return batch, int(data["vocab_size"]), json.loads(str(data["special_ids"]))
 
 
-def step_child(batch_file: str, mode: str, steps: int) -> dict:
+def timed(step, steps: int, profile: str) -> dict:
+    """`steps` timed steps after one warm-up; with `profile`, one more step under the profiler (op types)."""
+    from benchmarks import step_bench
+    result = step_bench.time_steps(step, 1, steps)
+    if profile:
+        result["profile"] = step_bench.summarise_profile(step_bench.profile_steps(step, profile))
+    return result
+
+
+def step_child(batch_file: str, mode: str, steps: int, profile: str = "") -> dict:
     """Ours in this (fresh) process: trainers.core.Trainer's step (benchmarks/step_bench.py), AdamW 5e-4."""
     import shutil
     from benchmarks import step_bench
@@ -264,10 +273,9 @@ def step_child(batch_file: str, mode: str, steps: int) -> dict:
         lambda: electra.ElectraPretrainer(config, special_ids=special), batch, precision=mode.split("_")[0],
         jit_compile=mode.endswith("_xla"), learning_rate=5e-4)
     try:
-        result = step_bench.time_steps(step_bench.trainer_step_fn(trainer), 1, steps)
+        return timed(step_bench.trainer_step_fn(trainer), steps, profile)
     finally:
         shutil.rmtree(model_dir, ignore_errors=True)
-    return result
 
 
 def peer_masking(ids, input_mask, num_predictions: int, special: dict):
@@ -291,7 +299,7 @@ def peer_masking(ids, input_mask, num_predictions: int, special: dict):
     return masked_ids, positions, labels, tf.cast(used, tf.float32)
 
 
-def peer_step_child(batch_file: str, mode: str, steps: int) -> dict:
+def peer_step_child(batch_file: str, mode: str, steps: int, profile: str = "") -> dict:
     """keras-hub's side: two ElectraBackbones (generator, discriminator) with ELECTRA's heads and losses.
 
     - Discriminator: `ElectraBackbone(hidden 256, 12 layers, 4 heads, FFN 1024, embedding 128)`, called as
@@ -310,7 +318,7 @@ def peer_step_child(batch_file: str, mode: str, steps: int) -> dict:
     import keras
     import keras_hub
     import tensorflow as tf
-    from benchmarks import peers, step_bench
+    from benchmarks import peers
 
     precision, xla = mode.split("_")[0], mode.endswith("_xla")
     keras.mixed_precision.set_global_policy("mixed_bfloat16" if precision == "bf16" else "float32")
@@ -374,11 +382,11 @@ def peer_step_child(batch_file: str, mode: str, steps: int) -> dict:
         optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
         return loss
 
-    return step_bench.time_steps(lambda: float(train_step(batch)), 1, steps)
+    return timed(lambda: float(train_step(batch)), steps, profile)
 
 
 def bench_step(data_dir: str | None, modes: list[str], batch_size: int, steps: int, sides_spec: str,
-               work: str) -> None:
+               work: str, profile: str = "") -> None:
     """Each mode and side in a fresh process (its own peak RSS), beside the matmul peak measured in this run."""
     from benchmarks import peers, step_bench
     from textrain.models import electra
@@ -399,6 +407,8 @@ def bench_step(data_dir: str | None, modes: list[str], batch_size: int, steps: i
             python = peers.PEER_PYTHON if side == "peer" else sys.executable
             argv = [python, os.path.abspath(__file__), "--part=step", f"--step_child={side}:{mode}",
                     f"--steps={steps}", f"--step_batch_file={batch_file}"]
+            if profile:
+                argv.append(f"--profile={os.path.join(profile, f'{side}_{mode}')}")
             try:
                 r = rows[side] = peers.run_side(argv)
             except RuntimeError as e:
@@ -406,6 +416,8 @@ def bench_step(data_dir: str | None, modes: list[str], batch_size: int, steps: i
                 continue
             label = "textrain" if side == "ours" else "keras-hub"
             print(peers.row(mode, label, r, batch_size, flops, peak, mode.split("_")[0]), flush=True)
+            for op, ms, count in r.get("profile", []):
+                print(f"    {op:<40} {ms:10.1f} ms  x{count}")
         if "ours" in rows and "peer" in rows:
             print(peers.ratio_line(mode, rows["ours"], rows["peer"]), flush=True)
 
@@ -427,13 +439,15 @@ def main() -> None:
     parser.add_argument("--work_dir", default="", help="keep outputs here (default: a temporary folder)")
     parser.add_argument("--step_child", default="", help=argparse.SUPPRESS)
     parser.add_argument("--sides", default="ours,peer", help="step: ours, peer (keras-hub, in .venv-bench) or both")
+    parser.add_argument("--profile", default="", help="step: profile one more step of each side into this folder "
+                        "and print the op types that took the time")
     parser.add_argument("--step_batch_file", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.step_child:
         from benchmarks import step_bench
         side, mode = args.step_child.split(":")
         child = peer_step_child if side == "peer" else step_child
-        print(step_bench.child_result(child(args.step_batch_file, mode, args.steps)), flush=True)
+        print(step_bench.child_result(child(args.step_batch_file, mode, args.steps, args.profile)), flush=True)
         return
 
     work = args.work_dir or tempfile.mkdtemp(prefix="bench_electra_")
@@ -445,7 +459,8 @@ def main() -> None:
         else:
             data_dir = bench_datagen(args, work)
     if args.part in ("all", "step"):
-        bench_step(data_dir, [m for m in args.modes.split(",") if m], args.batch_size, args.steps, args.sides, work)
+        bench_step(data_dir, [m for m in args.modes.split(",") if m], args.batch_size, args.steps, args.sides, work,
+                   args.profile)
 
 
 if __name__ == "__main__":
