@@ -22,12 +22,18 @@ RSS on the small vs the big corpus (memory must not grow with the corpus; `--rss
 whether its shards are byte-identical to today's.
 Figures: benchmarks/README.md.
 
-Step: ELECTRA-small (hidden 256, 12 layers, embedding 128, generator 64 wide) at L128 on batches of the records made
-above (random ids in Google's vocab layout without a corpus), as `trainers.core.Trainer` runs it (forward + backward +
-global-norm clipping + AdamW, benchmarks/step_bench.py), in fp32 or mixed bf16, with or without XLA (jit_compile).
-Each mode runs in a fresh process (its own peak RSS); one warm-up step (tracing/compilation) is excluded, the next
-`--steps` are timed (wall and CPU seconds); the share of the matmul peak (measured in the same run) is model FLOPs
-per step / step wall / matmul FLOP/s. No peer runs beside it (bench_bert_step.py runs keras-hub for BERT).
+Step (issue #25): ELECTRA-small (hidden 256, 12 layers, embedding 128, generator 64 wide) at L128 on one batch of the
+records made above (random ids in Google's vocab layout without a corpus), written once to an .npz that both sides
+read. Ours: as `trainers.core.Trainer` runs it (forward + backward + global-norm clipping + AdamW 5e-4,
+benchmarks/step_bench.py). Peer (`--sides`, default both; keras-hub 0.32.0 in .venv-bench, else "peer not
+installed: <command>" and ours alone): two keras-hub `ElectraBackbone`s with the same sizes, MLM head tied to the
+shared embedding, the same in-graph masking, Gumbel sampling, RTD loss and weights, Keras AdamW with our schedule
+and clipping (`peer_step_child` says what differs). fp32 or mixed bf16 (`mixed_bfloat16` on the peer), with or
+without XLA (jit_compile, both sides). Each side and mode runs in a fresh process (its own peak RSS); one warm-up
+step (tracing/compilation) is excluded, the next `--steps` are timed (wall and CPU seconds); the share of the matmul
+peak (measured in the same run) is model FLOPs per step / step wall / matmul FLOP/s; ours/peer ratios per mode.
+
+    nice -n 10 python3 benchmarks/bench_electra.py --part=step --modes=fp32,bf16 --steps=3     # ours and keras-hub
 """
 from __future__ import annotations
 
@@ -197,12 +203,17 @@ def electra_step_flops(config, batch_size: int, seq_len: int = 128) -> float:
     return 3.0 * forward
 
 
+# ELECTRA-small (configure_pretraining.py): both sides are built from these numbers; ours checks its preset agrees.
+SMALL = dict(hidden=256, layers=12, embedding=128, generator_hidden=64, heads=4, generator_heads=1,
+             max_positions=512, mask_prob=0.15, disc_weight=50.0)
+GOOGLE_SPECIAL_IDS = {"[PAD]": 0, "[CLS]": 101, "[SEP]": 102, "[MASK]": 103}  # bert/electra's released vocab
+
+
 def step_batch(data_dir: str | None, batch_size: int):
     """(batch, vocab_size, special ids): the first batch of the records made above, else random ids."""
     import numpy as np
     import tensorflow as tf
     from textrain.framework.problem import DataParams
-    from textrain.models import electra
     from textrain.problems.electra_pretrain import ElectraPretrain
 
     if data_dir:
@@ -210,7 +221,7 @@ def step_batch(data_dir: str | None, batch_size: int):
         settings = problem.read_manifest(data_dir)["settings"]
         batch = next(iter(problem.dataset("train", data_dir, DataParams(batch_size=batch_size, seed=0))))
         return batch, settings["vocab_size"], settings["special_ids"]
-    vocab_size, special = 30522, electra.GOOGLE_VOCAB_SPECIAL_IDS  # speed does not depend on the text
+    vocab_size, special = 30522, GOOGLE_SPECIAL_IDS  # speed does not depend on the text
     rs = np.random.RandomState(0)
     ids = rs.randint(1000, vocab_size, size=(batch_size, 128)).astype(np.int32)
     ids[:, 0], ids[:, -1] = special["[CLS]"], special["[SEP]"]
@@ -218,46 +229,197 @@ def step_batch(data_dir: str | None, batch_size: int):
             vocab_size, special)
 
 
-def step_child(data_dir: str | None, mode: str, batch_size: int, steps: int) -> None:
-    """One mode in this (fresh) process: trainers.core.Trainer's step (benchmarks/step_bench.py), AdamW 5e-4."""
+def write_step_batch(data_dir: str | None, batch_size: int, path: str) -> str:
+    """The one batch both sides step on, as an .npz (the peer's process never imports our package)."""
+    import json
+    import numpy as np
+    batch, vocab_size, special = step_batch(data_dir, batch_size)
+    np.savez(path, **{k: np.asarray(batch[k]).astype(np.int32) for k in ("input_ids", "input_mask", "segment_ids")},
+             vocab_size=vocab_size, special_ids=json.dumps(special))
+    return path
+
+
+def read_step_batch(path: str):
+    import json
+    import numpy as np
+    import tensorflow as tf
+    data = np.load(path)
+    batch = {k: tf.constant(data[k]) for k in ("input_ids", "input_mask", "segment_ids")}
+    return batch, int(data["vocab_size"]), json.loads(str(data["special_ids"]))
+
+
+def timed(step, steps: int, profile: str) -> dict:
+    """`steps` timed steps after one warm-up; with `profile`, one more step under the profiler (op types)."""
+    from benchmarks import step_bench
+    result = step_bench.time_steps(step, 1, steps)
+    if profile:
+        result["profile"] = step_bench.summarise_profile(step_bench.profile_steps(step, profile))
+    return result
+
+
+def step_child(batch_file: str, mode: str, steps: int, profile: str = "") -> dict:
+    """Ours in this (fresh) process: trainers.core.Trainer's step (benchmarks/step_bench.py), AdamW 5e-4."""
     import shutil
     from benchmarks import step_bench
     from textrain.models import electra
 
-    batch, vocab_size, special = step_batch(data_dir, batch_size)
+    batch, vocab_size, special = read_step_batch(batch_file)
     config = electra.ElectraConfig.preset("small", vocab_size=vocab_size)
+    gen = config.generator_config()
+    assert (config.hidden_size, config.num_hidden_layers, config.embedding_width, gen.hidden_size,
+            config.num_attention_heads, gen.num_attention_heads) == tuple(
+        SMALL[k] for k in ("hidden", "layers", "embedding", "generator_hidden", "heads", "generator_heads"))
     trainer, model_dir = step_bench.make_trainer(
         lambda: electra.ElectraPretrainer(config, special_ids=special), batch, precision=mode.split("_")[0],
         jit_compile=mode.endswith("_xla"), learning_rate=5e-4)
     try:
-        result = step_bench.time_steps(step_bench.trainer_step_fn(trainer), 1, steps)
+        return timed(step_bench.trainer_step_fn(trainer), steps, profile)
     finally:
         shutil.rmtree(model_dir, ignore_errors=True)
-    result.update(flops=electra_step_flops(config, batch_size), vocab_size=vocab_size)
-    print(step_bench.child_result(result), flush=True)
 
 
-def bench_step(data_dir: str | None, modes: list[str], batch_size: int, steps: int) -> None:
-    """Each mode in a fresh process (its own peak RSS), beside the matmul peak measured in this run."""
-    from benchmarks import same_run, step_bench
+def peer_masking(ids, input_mask, num_predictions: int, special: dict):
+    """The peer's dynamic masking, in the graph as ours: distinct random positions among the real tokens
+    other than [CLS]/[SEP]/[MASK]/[PAD] (15 % of the real tokens, at most `num_predictions`), 85 % of them
+    shown as [MASK]. Returns (masked ids, positions, original ids there, weights)."""
+    import tensorflow as tf
+    length = ids.shape[1]
+    candidates = tf.cast(input_mask, tf.bool)
+    for token in ("[PAD]", "[CLS]", "[SEP]", "[MASK]"):
+        candidates &= tf.not_equal(ids, special[token])
+    quota = tf.cast(tf.round(tf.reduce_sum(tf.cast(input_mask, tf.float32), 1) * SMALL["mask_prob"]), tf.int32)
+    quota = tf.minimum(tf.clip_by_value(quota, 1, num_predictions), tf.reduce_sum(tf.cast(candidates, tf.int32), 1))
+    _, positions = tf.math.top_k(tf.where(candidates, tf.random.uniform(tf.shape(ids)), -1.0), k=num_predictions)
+    used = tf.sequence_mask(quota, num_predictions)
+    positions = tf.where(used, positions, 0)
+    labels = tf.where(used, tf.gather(ids, positions, batch_dims=1), 0)
+    show = used & (tf.random.uniform(tf.shape(positions)) < 0.85)
+    masked_here = tf.reduce_max(tf.one_hot(positions, length, dtype=tf.int32) * tf.cast(show, tf.int32)[..., None], 1)
+    masked_ids = tf.where(masked_here > 0, special["[MASK]"], ids)
+    return masked_ids, positions, labels, tf.cast(used, tf.float32)
+
+
+def peer_step_child(batch_file: str, mode: str, steps: int, profile: str = "") -> dict:
+    """keras-hub's side: two ElectraBackbones (generator, discriminator) with ELECTRA's heads and losses.
+
+    - Discriminator: `ElectraBackbone(hidden 256, 12 layers, 4 heads, FFN 1024, embedding 128)`, called as
+      keras-hub ships it; head Dense(256, gelu) -> Dense(1), sigmoid cross-entropy over the real tokens.
+    - Generator: a second `ElectraBackbone(hidden 64, 12 layers, 1 head, FFN 256, embedding 128)`. An
+      ElectraBackbone cannot take another backbone's embeddings, so the embeddings are shared as ours are
+      by running the DISCRIMINATOR's embedding layers, then the generator backbone's own projection
+      (128 -> 64) and its 12 TransformerEncoder layers (the generator backbone's own embedding tables exist
+      but are not trained). Head: `keras_hub.layers.MaskedLMHead` tied to the discriminator's token
+      embedding (dense 128 + LayerNorm + tied logits + bias), as ours.
+    - Masking (`peer_masking`) and Gumbel-max sampling in the graph, loss = MLM + 50 x RTD, Keras AdamW
+      5e-4 (our schedule, weight decay 0.01, global_clipnorm 1.0), one `tf.function` step.
+    - What differs and cannot be removed: keras-hub's encoder layers use the tanh GELU (ours and the
+      original: erf), Keras' AdamW has bias correction, the backbone computes its (unused) pooler.
+    """
+    import keras
+    import keras_hub
+    import tensorflow as tf
+    from benchmarks import peers
+
+    precision, xla = mode.split("_")[0], mode.endswith("_xla")
+    keras.mixed_precision.set_global_policy("mixed_bfloat16" if precision == "bf16" else "float32")
+    batch, vocab_size, special = read_step_batch(batch_file)
+    num_predictions = int((SMALL["mask_prob"] + 0.005) * batch["input_ids"].shape[1])
+    init = keras.initializers.TruncatedNormal(stddev=0.02)
+
+    def backbone(hidden: int, heads: int, name: str):
+        return keras_hub.models.ElectraBackbone(
+            vocab_size=vocab_size, num_layers=SMALL["layers"], num_heads=heads, hidden_dim=hidden,
+            embedding_dim=SMALL["embedding"], intermediate_dim=4 * hidden, dropout=0.1,
+            max_sequence_length=SMALL["max_positions"], name=name)
+
+    disc = backbone(SMALL["hidden"], SMALL["heads"], "discriminator")
+    gen = backbone(SMALL["generator_hidden"], SMALL["generator_heads"], "generator")
+    policy = disc.dtype_policy
+    gen_head = keras_hub.layers.MaskedLMHead(vocabulary_size=vocab_size, token_embedding=disc.token_embedding,
+                                             intermediate_activation="gelu", kernel_initializer=init, dtype=policy)
+    disc_dense = keras.layers.Dense(SMALL["hidden"], activation="gelu", kernel_initializer=init, dtype=policy)
+    disc_logit = keras.layers.Dense(1, dtype=policy)
+
+    def generator_output(ids, segments, mask, training):
+        tokens = disc.token_embedding(ids)
+        x = disc.embeddings_add((tokens, disc.position_embedding(tokens), disc.segment_embedding(segments)))
+        x = disc.embeddings_dropout(disc.embeddings_layer_norm(x), training=training)
+        x = gen.embeddings_projection(x)
+        for layer in gen.transformer_layers:
+            x = layer(x, padding_mask=mask, training=training)
+        return x
+
+    def loss_fn(features, training):
+        ids, mask, segments = features["input_ids"], features["input_mask"], features["segment_ids"]
+        masked_ids, positions, labels, weights = peer_masking(ids, mask, num_predictions, special)
+        logits = tf.cast(gen_head(generator_output(masked_ids, segments, mask, training), mask_positions=positions),
+                         tf.float32)
+        ce = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
+        mlm = tf.reduce_sum(ce * weights) / tf.maximum(tf.reduce_sum(weights), 1.0)
+        gumbel = -tf.math.log(-tf.math.log(tf.random.uniform(tf.shape(logits)) + 1e-9) + 1e-9)
+        sampled = tf.stop_gradient(tf.argmax(logits + gumbel, -1, output_type=tf.int32))
+        hits = tf.one_hot(positions, ids.shape[1], dtype=tf.int32) * tf.cast(weights, tf.int32)[..., None]
+        fake = tf.where(tf.reduce_max(hits, 1) > 0, tf.reduce_sum(hits * sampled[..., None], 1), ids)
+        replaced = tf.cast(tf.not_equal(fake, ids), tf.float32)
+        hidden = disc({"token_ids": fake, "segment_ids": segments, "padding_mask": mask},
+                      training=training)["sequence_output"]
+        disc_logits = tf.cast(tf.squeeze(disc_logit(disc_dense(hidden)), -1), tf.float32)
+        real = tf.cast(mask, tf.float32)
+        bce = tf.nn.sigmoid_cross_entropy_with_logits(labels=replaced, logits=disc_logits)
+        return mlm + SMALL["disc_weight"] * tf.reduce_sum(bce * real) / tf.reduce_sum(real)
+
+    loss_fn({k: v[:2] for k, v in batch.items()}, training=False)  # builds every layer (eager, batch 2)
+    variables = (disc.trainable_variables + gen.embeddings_projection.trainable_variables
+                 + [v for layer in gen.transformer_layers for v in layer.trainable_variables]
+                 + gen_head.trainable_variables + disc_dense.trainable_variables + disc_logit.trainable_variables)
+    optimizer = peers.keras_optimizer(5e-4)
+    optimizer.build(variables)
+
+    @tf.function(jit_compile=xla)
+    def train_step(features):
+        with tf.GradientTape() as tape:
+            loss = loss_fn(features, training=True)
+        optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
+        return loss
+
+    return timed(lambda: float(train_step(batch)), steps, profile)
+
+
+def bench_step(data_dir: str | None, modes: list[str], batch_size: int, steps: int, sides_spec: str,
+               work: str, profile: str = "") -> None:
+    """Each mode and side in a fresh process (its own peak RSS), beside the matmul peak measured in this run."""
+    from benchmarks import peers, step_bench
+    from textrain.models import electra
+    sides = peers.choose_sides(sides_spec)
+    batch_file = write_step_batch(data_dir, batch_size, os.path.join(work, "step_batch.npz"))
+    vocab_size = read_step_batch(batch_file)[1]
+    flops = electra_step_flops(electra.ElectraConfig.preset("small", vocab_size=vocab_size), batch_size)
     peak = step_bench.matmul_peak()
-    print(f"\nELECTRA-small step (trainers.core.Trainer), batch {batch_size} x L128, 1 warm-up + {steps} timed steps; "
-          f"{peak['gpu'] or f'CPU, {os.cpu_count()} cores'}; measured matmul peak fp32 {peak['fp32']:,.0f} GFLOP/s "
-          f"({peak['fp32_cpu']:,.0f} per CPU-s), bf16 {peak['bf16']:,.0f} GFLOP/s ({peak['bf16_cpu']:,.0f} per CPU-s)")
-    print(f"{'mode':10s} {'s/step':>7s} {'CPU s/step':>10s} {'examples/s':>10s} {'% matmul':>8s} {'(CPU)':>6s} {'warm-up s':>9s} "
-          f"{'peak RSS MiB':>12s} {'load':>5s} {'loss':>8s}")
+    print(f"\nELECTRA-small step (generator 64 wide + discriminator 256, embedding 128, 12 layers each), batch "
+          f"{batch_size} x L128, vocab {vocab_size}, 1 warm-up + {steps} timed steps, each side and mode a fresh "
+          f"process; model {flops / 1e9:,.0f} GFLOP/step; {peak['gpu'] or f'CPU, {os.cpu_count()} cores'}; measured "
+          f"matmul peak fp32 {peak['fp32']:,.0f} GFLOP/s ({peak['fp32_cpu']:,.0f} per CPU-s), bf16 {peak['bf16']:,.0f} "
+          f"GFLOP/s ({peak['bf16_cpu']:,.0f} per CPU-s)")
+    print(peers.HEADER)
     for mode in modes:
-        argv = [sys.executable, os.path.abspath(__file__), "--part=step", f"--step_child={mode}",
-                f"--batch_size={batch_size}", f"--steps={steps}", f"--step_data_dir={data_dir or ''}"]
-        try:
-            r = step_bench.parse_child(same_run.run_measured(argv)["output"])
-        except RuntimeError as e:
-            print(f"{mode:10s} failed: {str(e)[-1500:]}")
-            continue
-        wall, cpu = sum(r["step_wall_s"]) / steps, sum(r["step_cpu_s"]) / steps
-        share, share_cpu = step_bench.shares(r["flops"], wall, cpu, peak, "bf16" if mode.startswith("bf16") else "fp32")
-        print(f"{mode:10s} {wall:7.2f} {cpu:10.2f} {batch_size / wall:10.1f} {share:7.1f}% {share_cpu:5.1f}% {r['warmup_wall_s']:9.1f} "
-              f"{r['peak_rss_mib']:12,.0f} {r['load_avg_1m']:5.1f} {r['loss']:8.3f}", flush=True)
+        rows = {}
+        for side in sides:
+            python = peers.PEER_PYTHON if side == "peer" else sys.executable
+            argv = [python, os.path.abspath(__file__), "--part=step", f"--step_child={side}:{mode}",
+                    f"--steps={steps}", f"--step_batch_file={batch_file}"]
+            if profile:
+                argv.append(f"--profile={os.path.join(profile, f'{side}_{mode}')}")
+            try:
+                r = rows[side] = peers.run_side(argv)
+            except RuntimeError as e:
+                print(f"{mode:<10} {side:<16} FAILED: {str(e)[-1500:]}")
+                continue
+            label = "textrain" if side == "ours" else "keras-hub"
+            print(peers.row(mode, label, r, batch_size, flops, peak, mode.split("_")[0]), flush=True)
+            for op, ms, count in r.get("profile", []):
+                print(f"    {op:<40} {ms:10.1f} ms  x{count}")
+        if "ours" in rows and "peer" in rows:
+            print(peers.ratio_line(mode, rows["ours"], rows["peer"]), flush=True)
 
 
 def main() -> None:
@@ -276,10 +438,16 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--work_dir", default="", help="keep outputs here (default: a temporary folder)")
     parser.add_argument("--step_child", default="", help=argparse.SUPPRESS)
-    parser.add_argument("--step_data_dir", default="", help=argparse.SUPPRESS)
+    parser.add_argument("--sides", default="ours,peer", help="step: ours, peer (keras-hub, in .venv-bench) or both")
+    parser.add_argument("--profile", default="", help="step: profile one more step of each side into this folder "
+                        "and print the op types that took the time")
+    parser.add_argument("--step_batch_file", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.step_child:
-        step_child(args.step_data_dir or None, args.step_child, args.batch_size, args.steps)
+        from benchmarks import step_bench
+        side, mode = args.step_child.split(":")
+        child = peer_step_child if side == "peer" else step_child
+        print(step_bench.child_result(child(args.step_batch_file, mode, args.steps, args.profile)), flush=True)
         return
 
     work = args.work_dir or tempfile.mkdtemp(prefix="bench_electra_")
@@ -291,7 +459,8 @@ def main() -> None:
         else:
             data_dir = bench_datagen(args, work)
     if args.part in ("all", "step"):
-        bench_step(data_dir, [m for m in args.modes.split(",") if m], args.batch_size, args.steps)
+        bench_step(data_dir, [m for m in args.modes.split(",") if m], args.batch_size, args.steps, args.sides, work,
+                   args.profile)
 
 
 if __name__ == "__main__":

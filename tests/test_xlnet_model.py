@@ -401,3 +401,32 @@ def test_two_replicas_xla_and_recompute_train_with_carried_memories():
 
     loss, grads = xla_step(feats, tf.zeros([2, 2, 4, 32]))
     assert np.isfinite(loss.numpy()) and all(g is not None for g in grads)
+
+
+@pytest.mark.parametrize("with_ef, with_mask, dtype", [(True, True, tf.float32), (False, False, tf.float32),
+                                                      (True, False, tf.bfloat16)])
+def test_fused_attention_probs_match_op_by_op(with_ef, with_mask, dtype):
+    """The XLA-fused score -> softmax chain (fusable training shapes) gives the op-by-op values and gradients."""
+    from textrain.models.layers import relative_attention as ra
+    from textrain.models.layers.softmax import masked_softmax
+    b, n, q, k = 2, 4, 64, 192  # 98k elements: fusable
+    g = tf.random.Generator.from_seed(3)
+    ac, bd = tf.cast(g.normal([b, n, q, k]), dtype), tf.cast(g.normal([b, n, q, k + q]), dtype)
+    ef = tf.cast(g.normal([b, n, q, 2]), dtype) if with_ef else None
+    seg = g.uniform([b, q, k]) > 0.5 if with_ef else None
+    mask = g.uniform([b, 1, q, k]) > 0.3 if with_mask else None
+    weights = g.normal([b, n, q, k])
+    inputs = [ac, bd] + ([ef] if with_ef else [])
+
+    def value_and_grads(fn):
+        with tf.GradientTape() as tape:
+            tape.watch(inputs)
+            probs = fn(*inputs, *([] if with_ef else [None]))
+            loss = tf.reduce_sum(tf.cast(probs, tf.float32) * weights)
+        return [probs] + tape.gradient(loss, inputs)
+
+    fused = value_and_grads(lambda a, d, e: ra.attention_probs(a, d, e, seg, mask, 0.125, k))
+    plain = value_and_grads(lambda a, d, e: tf.cast(masked_softmax(ra._scores(a, d, e, seg, 0.125, k), mask), dtype))
+    tol = 1e-7 if dtype == tf.float32 else 2e-3
+    for x, y in zip(fused, plain):
+        np.testing.assert_allclose(tf.cast(x, tf.float32).numpy(), tf.cast(y, tf.float32).numpy(), atol=tol)

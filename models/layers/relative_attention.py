@@ -20,7 +20,10 @@ Decisions:
 - The segment term is computed as the original's one-hot einsum but with a `where` on a boolean
   "different segment" matrix (same numbers, no `[B, Lq, Lk, 2]` one-hot).
 - Scores are formed in the compute dtype (bf16 under mixed precision) and the softmax runs in
-  float32; LayerNorm statistics are float32 too. Epsilon 1e-12 as the original.
+  float32; LayerNorm statistics are float32 too. Epsilon 1e-12 as the original. On a training step's
+  tensors the shift, the three terms' sum, the scale and the softmax are one XLA forward and one XLA
+  backward (`attention_probs`, as models/layers/fused.py does for other chains): ~12 % less CPU for
+  that chain at XLNet-base L512 with memories; the matmuls stay oneDNN's.
 - Dropout is stateless: every call takes a `seed` (shape [2] int tensor) and each dropout site
   folds its own id into it. Re-running a layer (gradient checkpointing, `tf.recompute_grad`) then
   draws exactly the same masks, which stateful dropout cannot guarantee.
@@ -36,7 +39,7 @@ import tensorflow as tf
 
 from textrain.models.layers import fused
 from textrain.models.layers.activations import get_activation
-from textrain.models.layers.softmax import masked_softmax
+from textrain.models.layers.softmax import _masked_softmax, masked_softmax
 
 LAYER_NORM_EPSILON = 1e-12
 
@@ -107,20 +110,90 @@ def rel_shift(x: tf.Tensor, klen) -> tf.Tensor:
     """
     shape = tf.shape(x)
     b, n, q, r = shape[0], shape[1], shape[2], shape[3]
-    x = tf.reshape(x, [b, n, r, q])[:, :, 1:, :]
-    x = tf.reshape(x, [b, n, q, r - 1])
-    return x[:, :, :, :klen]
+    # Drop the first q elements of each flattened [q, r] row block (the original's "drop the first row" of
+    # its [r, q] view), view the rest as [q, r-1] and keep klen columns. tf.slice, not Python slicing: the
+    # gradient of a StridedSlice on these [B, n, L, mlen+2L] tensors took ~8x the CPU of Slice's (a Pad).
+    x = tf.slice(tf.reshape(x, [b, n, r * q]), [0, 0, q], [-1, -1, q * (r - 1)])
+    return tf.slice(tf.reshape(x, [b, n, q, r - 1]), [0, 0, 0, 0], [-1, -1, -1, klen])
 
 
 def position_scores(q_r: tf.Tensor, k_r: tf.Tensor) -> tf.Tensor:
-    """`q_r [B, Lq, n, h]`, `k_r [P, R, n, h]` -> `[B, n, Lq, R]`; batch half p uses k_r[p]."""
+    """`q_r [B, Lq, n, h]`, `k_r [P, R, n, h]` -> `[B, n, Lq, R]`; batch half p uses k_r[p].
+
+    One matmul batched over (batch, head) with k_r broadcast over the batch, so the `[B, n, Lq, R]`
+    product (the layer's largest tensor) comes out in place: the einsum form ("bind,jnd->bnij")
+    multiplied per head with batch x query as rows and then transposed that product, forward and
+    backward (~2x the CPU of this form at XLNet-base L512; same products and sums)."""
+    q = tf.transpose(q_r, [0, 2, 1, 3])                                # [B, n, Lq, h]
+    k = tf.transpose(k_r, [0, 2, 3, 1])                                # [P, n, h, R]
     if k_r.shape[0] == 1:
-        return tf.einsum("bind,jnd->bnij", q_r, k_r[0])
-    shape = tf.shape(q_r)
-    halves = tf.reshape(q_r, tf.concat([[2, shape[0] // 2], shape[1:]], 0))
-    scores = tf.einsum("pbind,pjnd->pbnij", halves, k_r)
-    s = tf.shape(scores)
-    return tf.reshape(scores, tf.concat([[shape[0]], s[2:]], 0))
+        return tf.matmul(q, k)
+    shape = tf.shape(q)
+    halves = tf.reshape(q, tf.concat([[2, shape[0] // 2], shape[1:]], 0))
+    scores = tf.matmul(halves, k[:, None])                             # [2, B/2, n, Lq, R]
+    return tf.reshape(scores, tf.concat([[shape[0]], tf.shape(scores)[2:]], 0))
+
+
+def _scores(ac, bd, ef, seg_diff, scale, klen) -> tf.Tensor:
+    """float32 `[B, n, Lq, klen]`: (content + shifted position [+ segment] terms) x scale, summed in
+    the compute dtype as the original."""
+    score = ac + rel_shift(bd, klen)
+    if ef is not None:
+        score += tf.where(seg_diff[:, None], ef[..., 1:2], ef[..., 0:1])
+    return tf.cast(score, tf.float32) * scale
+
+
+def _probs_forward(ac, bd, ef, seg_diff, mask, scale):
+    score = _scores(ac, bd, ef, seg_diff, scale, ac.shape[-1])
+    if mask is None:
+        return tf.cast(tf.nn.softmax(score, axis=-1), ac.dtype)
+    return tf.cast(_masked_softmax(score, mask), ac.dtype)
+
+
+def _probs_backward(probs, dy, seg_diff, scale, r: int, with_ef: bool):
+    """Gradients of `_probs_forward` for (ac, bd, ef): d score = p (dy - sum(dy p)) x scale; bd's is
+    the inverse of rel_shift (zeros where rel_shift dropped entries), ef's the sums over the keys of
+    the same / different segment."""
+    p32, dy32 = tf.cast(probs, tf.float32), tf.cast(dy, tf.float32)
+    d = p32 * (dy32 - tf.reduce_sum(dy32 * p32, axis=-1, keepdims=True)) * scale
+    b, n, q, k = d.shape
+    d_bd = tf.pad(d, [[0, 0], [0, 0], [0, 0], [0, r - 1 - k]])
+    d_bd = tf.reshape(tf.pad(tf.reshape(d_bd, [b, n, q * (r - 1)]), [[0, 0], [0, 0], [q, 0]]), [b, n, q, r])
+    grads = [tf.cast(d, probs.dtype), tf.cast(d_bd, probs.dtype)]
+    if with_ef:
+        different = tf.reduce_sum(tf.where(seg_diff[:, None], d, 0.0), axis=-1, keepdims=True)
+        same = tf.reduce_sum(d, axis=-1, keepdims=True) - different
+        grads.append(tf.cast(tf.concat([same, different], axis=-1), probs.dtype))
+    return grads
+
+
+_probs_forward_xla = fused.xla(_probs_forward)
+_probs_backward_xla = fused.xla(_probs_backward)
+
+
+def attention_probs(ac: tf.Tensor, bd: tf.Tensor, ef: tf.Tensor | None, seg_diff: tf.Tensor | None,
+                    mask: tf.Tensor | None, scale: float, klen) -> tf.Tensor:
+    """Attention probabilities (compute dtype) from the content scores `ac [B, n, Lq, klen]`, the
+    unshifted position scores `bd [B, n, Lq, R]` and the segment scores `ef [B, n, Lq, 2]` (or None)
+    with `seg_diff` bool `[B, Lq, klen]`, under the allow-`mask` (or None).
+
+    On a training step's tensors (static shapes, fusable) the shift, the sums, the scale and the
+    softmax run as one XLA forward and one XLA backward (models/layers/fused.py): op by op they wrote
+    and read the `[B, n, Lq, klen]` scores some ten times each way. Same formula; elsewhere op by op."""
+    static = [t for t in (ac, bd, ef, seg_diff, mask) if t is not None]
+    if not (fused.fusable(ac) and all(t.shape.is_fully_defined() for t in static)):
+        score = _scores(ac, bd, ef, seg_diff, scale, klen)
+        return tf.cast(masked_softmax(score, mask, axis=-1), ac.dtype)
+    if mask is not None:
+        mask = tf.cast(mask, tf.bool)
+    r, with_ef = bd.shape[-1], ef is not None
+
+    @tf.custom_gradient
+    def run(*inputs):
+        probs = _probs_forward_xla(*inputs[:2], inputs[2] if with_ef else None, seg_diff, mask, scale)
+        return probs, lambda dy: _probs_backward_xla(probs, dy, seg_diff, scale, r, with_ef)
+
+    return run(ac, bd, *([ef] if with_ef else []))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -184,14 +257,12 @@ class RelativeAttention(tf.keras.layers.Layer):
         """The original's `rel_attn_core`: `[B, Lq, n, h]` queries -> `[B, Lq, n, h]` vectors."""
         dtype = q.dtype
         ac = tf.einsum("bind,bjnd->bnij", q + tf.cast(r_w_bias, dtype), k)
-        bd = rel_shift(position_scores(q + tf.cast(r_r_bias, dtype), k_r), klen)
-        score = ac + bd
+        bd = position_scores(q + tf.cast(r_r_bias, dtype), k_r)
+        ef = None
         if seg_diff is not None:
             # ef[b, n, i, s]: query i against segment embedding s (0 = same segment, 1 = different).
             ef = tf.einsum("bind,snd->bnis", q + tf.cast(r_s_bias, dtype), tf.cast(seg_embed, dtype))
-            score += tf.where(seg_diff[:, None], ef[..., 1:2], ef[..., 0:1])
-        score = tf.cast(score, tf.float32) * self.scale
-        prob = tf.cast(masked_softmax(score, mask, axis=-1), dtype)
+        prob = attention_probs(ac, bd, ef, seg_diff, mask, self.scale, klen)
         prob = dropout(prob, self.dropatt, seed, training)
         return tf.einsum("bnij,bjnd->bind", prob, v)
 

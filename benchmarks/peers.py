@@ -1,0 +1,88 @@
+"""What the step benchmarks that run keras-hub beside ours share (bench_electra.py --part=step,
+bench_xlnet_step.py; bench_bert_step.py has its own copy): which sides run, one side in a fresh process,
+a result row, the ours/peer ratio line, and the peer's Keras optimizer with our trainers' schedule.
+
+Decisions:
+- The peer (keras-hub 0.32.0) lives in `.venv-bench` only (see bench_bert_step.py for why and how to
+  install it); without it a benchmark prints "peer not installed: <command>" and runs ours alone.
+- Every side runs in its own process (`same_run.run_measured`), so its peak RSS is its own and a Keras
+  precision policy does not leak into the next side.
+- The peer's optimizer is Keras' AdamW / Adam with the linear warmup + linear decay of
+  trainers/optimization.py and `global_clipnorm` (ours clips by global norm too). Keras' Adam family
+  always applies bias correction; our `adamw` (BERT/ELECTRA's) does not: a few elementwise ops per
+  variable, the same matmuls.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchmarks import same_run, step_bench  # noqa: E402
+from benchmarks.bench_bert_step import PEER_INSTALL, PEER_PYTHON, peer_available  # noqa: E402
+
+__all__ = ["PEER_INSTALL", "PEER_PYTHON", "choose_sides", "run_side", "mean", "row", "ratio_line",
+           "keras_optimizer", "HEADER"]
+
+HEADER = (f"{'config':<10} {'side':<16} {'s/step':>7} {'CPU s/step':>10} {'ex/s':>6} {'% matmul':>8} {'(CPU)':>6} "
+          f"{'warm-up s':>9} {'peak RSS MiB':>12} {'load':>5} {'loss':>8}")
+
+
+def choose_sides(spec: str, peer_python: str = PEER_PYTHON) -> list[str]:
+    """The sides of `spec` ("ours,peer") that can run; a peer side without keras-hub is dropped with a line."""
+    sides = [s for s in spec.split(",") if s]
+    if any(s.startswith("peer") for s in sides) and not peer_available(peer_python):
+        print(f"peer not installed: {PEER_INSTALL}")
+        sides = [s for s in sides if not s.startswith("peer")]
+    return sides
+
+
+def run_side(argv: list[str]) -> dict[str, Any]:
+    """Runs one side's child (`argv`, which prints a RESULT line) in a fresh process; its parsed result."""
+    measured = same_run.run_measured(argv, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    result = step_bench.parse_child(measured["output"])
+    result["process_cpu_s"], result["process_wall_s"] = measured["cpu"], measured["wall"]
+    return result
+
+
+def mean(xs: list[float]) -> float:
+    return sum(xs) / len(xs)
+
+
+def row(config: str, label: str, r: dict, batch: int, flops: float, peak: dict, precision: str) -> str:
+    """One printed line of a side's result (HEADER's columns)."""
+    wall, cpu = mean(r["step_wall_s"]), mean(r["step_cpu_s"])
+    share, share_cpu = step_bench.shares(flops, wall, cpu, peak, precision)
+    return (f"{config:<10} {label:<16} {wall:7.2f} {cpu:10.2f} {batch / wall:6.2f} {share:7.1f}% {share_cpu:5.1f}% "
+            f"{r['warmup_wall_s']:9.1f} {r['peak_rss_mib']:12,.0f} {r['load_avg_1m']:5.1f} {r['loss']:8.3f}")
+
+
+def ratio_line(config: str, ours: dict, peer: dict, what: str = "ours/peer") -> str:
+    """Step wall, CPU-s and peak RSS of ours over the peer's, against the issue's goals."""
+    return (f"{config:<10} {what}: step wall {mean(ours['step_wall_s']) / mean(peer['step_wall_s']):.2f}x, "
+            f"CPU {mean(ours['step_cpu_s']) / mean(peer['step_cpu_s']):.2f}x, peak RSS "
+            f"{ours['peak_rss_mib'] / peer['peak_rss_mib']:.2f}x (goal <= 0.85x time, <= 1x RSS)")
+
+
+def keras_optimizer(learning_rate: float, num_warmup_steps: int = 10_000, num_train_steps: int = 1_000_000,
+                    weight_decay: float = 0.01, clip_norm: float = 1.0, epsilon: float = 1e-6):
+    """The peer's optimizer: Keras AdamW (Adam when weight_decay is 0) with our schedule (linear warmup to
+    `learning_rate`, linear decay to 0 at `num_train_steps`), LayerNorm/bias excluded from the decay."""
+    import keras
+    import tensorflow as tf
+
+    class WarmupLinear(keras.optimizers.schedules.LearningRateSchedule):
+        def __call__(self, step):
+            step = tf.cast(step, tf.float32)
+            decayed = learning_rate * (1.0 - tf.minimum(step / num_train_steps, 1.0))
+            return tf.where(step < num_warmup_steps, learning_rate * step / num_warmup_steps, decayed)
+
+    if weight_decay == 0:
+        return keras.optimizers.Adam(learning_rate=WarmupLinear(), beta_1=0.9, beta_2=0.999, epsilon=epsilon,
+                                     global_clipnorm=clip_norm)
+    optimizer = keras.optimizers.AdamW(learning_rate=WarmupLinear(), weight_decay=weight_decay, beta_1=0.9,
+                                       beta_2=0.999, epsilon=epsilon, global_clipnorm=clip_norm)
+    optimizer.exclude_from_weight_decay(var_names=["gamma", "beta", "bias"])
+    return optimizer

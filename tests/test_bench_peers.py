@@ -1,0 +1,36 @@
+"""benchmarks/peers.py and the step benchmarks that run keras-hub beside ours: the flags parse, a missing
+peer is said in one line and ours runs alone, the ratio line divides the right way. (The timed runs are
+benchmarks, never tests: see benchmarks/README.md.)"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.mark.parametrize("script", ["bench_electra.py", "bench_xlnet_step.py"])
+def test_help_lists_the_sides_flag(script):
+    out = subprocess.run([sys.executable, os.path.join(REPO, "benchmarks", script), "--help"],
+                         capture_output=True, text=True, check=True).stdout
+    assert "--sides" in out
+    assert "--step_batch_file" not in out and "--child" not in out  # the children's flags stay hidden
+
+
+def test_missing_peer_is_one_line_and_ours_runs_alone(capsys, tmp_path):
+    from benchmarks import peers
+    assert peers.choose_sides("ours,ours_content,peer", str(tmp_path / "no_python")) == ["ours", "ours_content"]
+    assert capsys.readouterr().out == f"peer not installed: {peers.PEER_INSTALL}\n"
+    assert peers.choose_sides("ours", str(tmp_path / "no_python")) == ["ours"]
+    assert capsys.readouterr().out == ""
+
+
+def test_ratio_line_is_ours_over_peer():
+    from benchmarks import peers
+    ours = {"step_wall_s": [1.0, 2.0], "step_cpu_s": [3.0, 3.0], "peak_rss_mib": 800.0}
+    peer = {"step_wall_s": [2.0, 4.0], "step_cpu_s": [4.0, 2.0], "peak_rss_mib": 1000.0}
+    line = peers.ratio_line("fp32", ours, peer)
+    assert "step wall 0.50x, CPU 1.00x, peak RSS 0.80x" in line, line
