@@ -46,6 +46,19 @@ def xla(fn):
     return tf.function(fn, jit_compile=True, autograph=False)
 
 
+def in_float32(fn):
+    """`fn` computed in float32 on its (floating) arguments, the result cast back to the first argument's
+    dtype: a bf16/fp16 chain reads and writes its narrow dtype but rounds once. float32 inputs: `fn` as is."""
+    def run(*args):
+        dtype = args[0].dtype
+        if dtype == tf.float32:
+            return fn(*args)
+        return tf.cast(fn(*(tf.cast(a, tf.float32) if a.dtype.is_floating else a for a in args)), dtype)
+
+    run.__name__ = getattr(fn, "__name__", "in_float32")
+    return run
+
+
 # ------------------------------------------------------------------------------------ layer norm
 def layer_norm_forward(x, gamma, beta, epsilon):
     """Float32 LayerNorm over the last axis -> (y in x's dtype, mean, 1/std) (Keras' formula)."""
@@ -190,14 +203,18 @@ def dropout_apply(x, keys, threshold, scale):
 _dropout_apply_xla = xla(dropout_apply)
 
 
+def dropout_constants(rate: float, seed: tf.Tensor, dtype: tf.DType) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+    """(hash keys, uint32 drop threshold, scale in `dtype`) of `dropout_apply` for `rate` and `seed`."""
+    threshold = tf.constant(min(round(rate * 2.0 ** 32), 2 ** 32 - 1), tf.uint32)
+    return dropout_keys(seed), threshold, tf.constant(1.0 / (1.0 - rate), dtype)
+
+
 def stateless_dropout(x: tf.Tensor, rate: float, seed: tf.Tensor) -> tf.Tensor:
     """Inverted dropout of `x` decided by `seed` (`[2]` ints): on a fusable tensor the counter hash fused
     with the scaling, else `tf.nn.experimental.stateless_dropout` (same rate and scale, other draws)."""
     if not (0 < rate < 1 and fusable(x) and x.shape.num_elements() < 2 ** 31):  # int32 element index
         return tf.nn.experimental.stateless_dropout(x, rate=rate, seed=seed)
-    keys = dropout_keys(seed)
-    threshold = tf.constant(min(round(rate * 2.0 ** 32), 2 ** 32 - 1), tf.uint32)
-    scale = tf.constant(1.0 / (1.0 - rate), x.dtype)
+    keys, threshold, scale = dropout_constants(rate, seed, x.dtype)
 
     @tf.custom_gradient
     def run(value):
@@ -214,6 +231,10 @@ class Dropout(tf.keras.layers.Dropout):
     def call(self, inputs, training=False):
         if not (training is True and 0 < self.rate < 1 and self.noise_shape is None and fusable(inputs)):
             return super().call(inputs, training=training)
+        return stateless_dropout(inputs, self.rate, self.draw_seed())
+
+    def draw_seed(self) -> tf.Tensor:
+        """The next stateless seed of this layer's generator (what one training call consumes): for a
+        caller that fuses this dropout into its own loop (models/layers/softmax.masked_softmax_dropout)."""
         from keras.src.backend.tensorflow import random as keras_tf_random  # Keras' own seed handling
-        return stateless_dropout(inputs, self.rate,
-                                 keras_tf_random._cast_seed(keras_tf_random.draw_seed(self.seed_generator)))
+        return keras_tf_random._cast_seed(keras_tf_random.draw_seed(self.seed_generator))
