@@ -84,8 +84,35 @@ def layer_norm_backward(x, gamma, mean, rstd, dy):
     return tf.cast(dx, x.dtype), tf.cast(dgamma, gamma.dtype), tf.cast(dbeta, gamma.dtype)
 
 
+def layer_norm_backward_rows(x, gamma, mean, rstd, dy):
+    """The row-wise part of `layer_norm_backward`: (dx in x's dtype, dy * xhat in float32)."""
+    x32, dy32 = tf.cast(x, tf.float32), tf.cast(dy, tf.float32)
+    xhat = (x32 - mean) * rstd
+    g = dy32 * tf.cast(gamma, tf.float32)
+    dx = rstd * (g - tf.reduce_mean(g, axis=-1, keepdims=True)
+                 - xhat * tf.reduce_mean(g * xhat, axis=-1, keepdims=True))
+    return tf.cast(dx, x.dtype), dy32 * xhat
+
+
+def column_sums(t: tf.Tensor) -> tf.Tensor:
+    """Sum over every axis but the last, as ONE `ones @ t` matmul (oneDNN's GEMV: float32 accumulation,
+    the result in t's dtype)."""
+    flat = tf.reshape(t, [-1, t.shape[-1]])
+    return tf.matmul(tf.ones([1, flat.shape[0]], t.dtype), flat)[0]
+
+
+def _ln_backward_narrow(x, gamma, mean, rstd, dy):
+    """`layer_norm_backward` for bf16/fp16 x: the row-wise loop fused, then the gamma/beta column sums by
+    `column_sums`. XLA's CPU code for a bf16 column reduction in the same loop cost 2.5x the row-wise part
+    (17 vs 7 CPU-ms at [4096, 768], benchmarks/README.md); float32 keeps the single loop."""
+    dx, dy_xhat = _ln_backward_rows_xla(x, gamma, mean, rstd, dy)
+    # dy is exact in its narrow dtype (so is its GEMV, accumulating in float32); dy * xhat stays float32.
+    return dx, tf.cast(column_sums(dy_xhat), gamma.dtype), tf.cast(column_sums(dy), gamma.dtype)
+
+
 _ln_forward_xla = xla(layer_norm_forward)
 _ln_backward_xla = xla(layer_norm_backward)
+_ln_backward_rows_xla = xla(layer_norm_backward_rows)
 
 
 def fused_layer_norm(x: tf.Tensor, gamma: tf.Tensor, beta: tf.Tensor, epsilon: float) -> tf.Tensor:
@@ -97,7 +124,9 @@ def fused_layer_norm(x: tf.Tensor, gamma: tf.Tensor, beta: tf.Tensor, epsilon: f
         y, mean, rstd = _ln_forward_xla(x, gamma, beta, eps)
 
         def grad(dy):
-            return _ln_backward_xla(x, gamma, mean, rstd, dy)
+            if x.dtype == tf.float32:
+                return _ln_backward_xla(x, gamma, mean, rstd, dy)
+            return _ln_backward_narrow(x, gamma, mean, rstd, dy)
 
         return y, grad
 
