@@ -268,6 +268,40 @@ def test_fused_softmax_dropout_is_softmax_then_dropout():
     np.testing.assert_array_equal(masked_softmax_dropout(scores, mask).numpy(), masked_softmax(scores, mask).numpy())
 
 
+def test_fused_residual_dropout_layer_norm_is_the_op_by_op_sub_layer_output():
+    """The post-LN block's LN(x + dropout(y)) as one fused loop: in float32 the op-by-op LayerNorm of x plus
+    the fused dropout of y with the same seed (values and the gradients of x, y, gamma and beta); under
+    mixed_bfloat16 within bf16 rounding of that float32 result on the same (rounded) inputs (the op-by-op
+    bf16 path's own distance to it is of the same size)."""
+    from textrain.models.layers import fused
+    x = tf.random.stateless_normal([4, 64, 256], [1, 2])
+    y = tf.random.stateless_normal([4, 64, 256], [3, 4])
+    dy = tf.cast(tf.cast(tf.random.stateless_normal([4, 64, 256], [5, 6]), tf.bfloat16), tf.float32)
+    seed = tf.constant([7, 8])
+    results = {}
+    for name, policy, fuse in (("ref", "float32", False), ("f32", "float32", True), ("bf16", "mixed_bfloat16", True)):
+        norm = fused.LayerNormalization(epsilon=1e-12, dtype=policy)
+        norm.build((None, None, 256))
+        norm.gamma.assign(tf.random.stateless_normal([256], [9, 10]))
+        norm.beta.assign(tf.random.stateless_normal([256], [11, 12]))
+        drop = fused.Dropout(0.1, dtype=policy)
+        drop.draw_seed = lambda: seed  # noqa: E731  the same decisions on every path
+        xs, ys = (tf.cast(tf.cast(t, tf.bfloat16), norm.compute_dtype) for t in (x, y))
+        with tf.GradientTape() as tape:
+            tape.watch([xs, ys])
+            if fuse:
+                out = norm.residual(xs, ys, drop, training=True)
+            else:
+                out = norm(xs + fused.stateless_dropout(ys, 0.1, seed))
+        grads = tape.gradient(out, [xs, ys] + norm.trainable_variables, output_gradients=tf.cast(dy, out.dtype))
+        assert out.dtype == norm.compute_dtype
+        results[name] = [tf.cast(t, tf.float32).numpy() for t in [out] + grads]
+    for a, b in zip(results["f32"], results["ref"]):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+    for a, b in zip(results["bf16"], results["ref"]):  # within two bf16 ulps of the largest element
+        np.testing.assert_allclose(a, b, rtol=0, atol=2.0 ** -7 * np.max(np.abs(b)))
+
+
 def test_stateless_dropout_decisions_are_independent_across_positions_and_seeds():
     """The counter hash behind the fused dropout: no correlation between an element and its neighbours at
     the strides of a [batch, heads, query, key] tensor, nor between seeds that differ in one bit; int64

@@ -133,19 +133,86 @@ def fused_layer_norm(x: tf.Tensor, gamma: tf.Tensor, beta: tf.Tensor, epsilon: f
     return run(x, gamma, beta)
 
 
+def _residual_forward(x, y, gamma, beta, epsilon, keys, threshold, scale):
+    """(LN(x + dropout(y)) in x's dtype, the sum x + dropout(y) in x's dtype, mean, 1/std); the sum and the
+    statistics in float32 (`keys` None: no dropout)."""
+    y32 = tf.cast(y, tf.float32)
+    z = tf.cast(x, tf.float32) + (y32 if keys is None else dropout_apply(y32, keys, threshold, scale))
+    z = tf.cast(z, x.dtype)  # what the backward pass reads (the op-by-op graph's sum, in x's dtype)
+    out, mean, rstd = layer_norm_forward(z, gamma, beta, epsilon)
+    return out, z, mean, rstd
+
+
+def _residual_backward(z, gamma, mean, rstd, dy, keys, threshold, scale):
+    """(d residual input, d dropout input, [d gamma, d beta] or [dy * xhat in float32])."""
+    if z.dtype == tf.float32:
+        dz, dgamma, dbeta = layer_norm_backward(z, gamma, mean, rstd, dy)
+        extra = (dgamma, dbeta)
+    else:
+        dz, dy_xhat = layer_norm_backward_rows(z, gamma, mean, rstd, dy)
+        extra = (dy_xhat,)
+    dropped = dz if keys is None else tf.cast(dropout_apply(tf.cast(dz, tf.float32), keys, threshold, scale), z.dtype)
+    return (dz, dropped) + extra
+
+
+_residual_forward_xla = xla(_residual_forward)
+_residual_backward_xla = xla(_residual_backward)
+
+
+def residual_dropout_layer_norm(x: tf.Tensor, y: tf.Tensor, gamma: tf.Tensor, beta: tf.Tensor, epsilon: float,
+                                rate: float = 0.0, seed: tf.Tensor | None = None) -> tf.Tensor:
+    """The post-LN block's `LN(x + dropout(y))` as ONE fused loop each way (the dropout decisions those of
+    `stateless_dropout` with `seed`; `rate` 0 or no seed: no dropout). In float32 the values are the
+    op-by-op ones; in bf16 the dropout, the sum and the statistics are float32 and rounded once."""
+    eps = tf.constant(epsilon, tf.float32)
+    keys = threshold = scale = None
+    if 0 < rate < 1 and seed is not None and y.shape.num_elements() < 2 ** 31:
+        keys, threshold, scale = dropout_constants(rate, seed, tf.float32)
+
+    @tf.custom_gradient
+    def run(x, y, gamma, beta):
+        out, z, mean, rstd = _residual_forward_xla(x, y, gamma, beta, eps, keys, threshold, scale)
+
+        def grad(dy):
+            dz, dropped, *extra = _residual_backward_xla(z, gamma, mean, rstd, dy, keys, threshold, scale)
+            if z.dtype == tf.float32:
+                dgamma, dbeta = extra
+            else:  # the column sums as GEMVs (see _ln_backward_narrow)
+                dgamma, dbeta = column_sums(extra[0]), column_sums(tf.cast(dy, z.dtype))
+            return dz, tf.cast(dropped, y.dtype), tf.cast(dgamma, gamma.dtype), tf.cast(dbeta, beta.dtype)
+
+        return out, grad
+
+    return run(x, y, gamma, beta)
+
+
 class LayerNormalization(tf.keras.layers.LayerNormalization):
     """Keras' LayerNormalization (same variables, names and formula) with the fused kernel for the
     common case: normalise over the last axis with gamma and beta, on a fusable tensor."""
 
-    def call(self, inputs):
+    def _fuses(self, inputs: tf.Tensor) -> bool:
         axis = self.axis if isinstance(self.axis, (list, tuple)) else [self.axis]
         rank = inputs.shape.rank
         last = rank is not None and [a % rank for a in axis] == [rank - 1]
-        if not (last and self.center and self.scale and not self.rms_scaling and fusable(inputs)):
+        return last and self.center and self.scale and not self.rms_scaling and fusable(inputs)
+
+    def call(self, inputs):
+        if not self._fuses(inputs):
             return super().call(inputs)
         # Reading the variables here gives what Keras' own call reads (autocast to the compute dtype).
         gamma, beta = tf.convert_to_tensor(self.gamma), tf.convert_to_tensor(self.beta)
         return tf.cast(fused_layer_norm(inputs, gamma, beta, self.epsilon), self.compute_dtype)
+
+    def residual(self, x: tf.Tensor, y: tf.Tensor, dropout: "Dropout", training: bool = False) -> tf.Tensor:
+        """`self(x + dropout(y, training))`, the post-LN block's sub-layer output, as one fused loop each
+        way (`residual_dropout_layer_norm`) when this layer's fused kernel applies to x and y alike."""
+        if not (self.built and self._fuses(x) and x.shape == y.shape and x.dtype == y.dtype
+                and dropout.noise_shape is None):
+            return self(x + dropout(y, training=training))
+        drop = training is True and 0 < dropout.rate < 1
+        gamma, beta = tf.cast(self.gamma, x.dtype), tf.cast(self.beta, x.dtype)  # what `self(...)` reads
+        return residual_dropout_layer_norm(x, y, gamma, beta, self.epsilon, dropout.rate if drop else 0.0,
+                                           dropout.draw_seed() if drop else None)
 
 
 # ---------------------------------------------------------------------------------- masked softmax
