@@ -32,6 +32,8 @@ Commands:
     nice -n 10 python3 benchmarks/bench_bert_step.py                       # base, fp32 + bf16, both sides
     python3 benchmarks/bench_bert_step.py --num_layers 2 --steps 2         # reduced depth, same widths
     python3 benchmarks/bench_bert_step.py --num_layers 2 --sides ours --profile /tmp/prof   # where time goes
+    python3 benchmarks/bench_bert_step.py --num_layers 2 --sides ours --configs bf16 --profile /tmp/prof \
+        --inter_op_threads 1                                               # per-op times that add up
 
 On a GPU (found automatically) the configs default to fp32, bf16 and bf16_xla (XLA + bf16, our side; the
 peer with jit_compile too): the figure to read is bf16_xla's share of the measured bf16 matmul (model FLOPs
@@ -76,10 +78,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "print the op types that took the time")
     parser.add_argument("--dropout", type=float, default=-1.0, help="ours only: hidden and attention dropout "
                         "rate instead of the preset's 0.1 (--dropout=0 with --sides=ours: what dropout costs)")
+    parser.add_argument("--inter_op_threads", type=int, default=0, help="ours only: TensorFlow inter-op "
+                        "threads (0 = its default); 1 runs one op at a time, so --profile's per-op times add up")
     parser.add_argument("--child", default="", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.dropout >= 0 and "peer" in args.sides.split(",") and not args.child:
         parser.error("--dropout changes our side only: use it with --sides=ours")
+    if args.inter_op_threads and "peer" in args.sides.split(",") and not args.child:
+        parser.error("--inter_op_threads changes our side only: use it with --sides=ours")
     for name in filter(None, args.configs.split(",")):
         if name not in CONFIGS:
             parser.error(f"--configs: unknown {name!r}; known: {', '.join(CONFIGS)}")
@@ -122,7 +128,10 @@ def make_batch(s: dict[str, int]) -> dict:
 
 # ------------------------------------------------------------------------------------------- children
 def child_ours(args: argparse.Namespace) -> dict:
+    import tensorflow as tf
     from textrain.models.bert import BertConfig, BertPretrainer
+    if args.inter_op_threads:
+        tf.config.threading.set_inter_op_parallelism_threads(args.inter_op_threads)
     s = shapes(args)
     precision, xla = CONFIGS[args.child.split(":")[1]]
     rates = ({"hidden_dropout_prob": args.dropout, "attention_probs_dropout_prob": args.dropout}
@@ -210,7 +219,7 @@ def peer_available(python: str) -> bool:
 def run_side(args: argparse.Namespace, side: str, config: str, python: str) -> dict:
     argv = [python, os.path.abspath(__file__), f"--child={side}:{config}"] + [
         f"--{k}={getattr(args, k)}" for k in ("size", "num_layers", "seq_len", "batch", "predictions", "vocab_size",
-                                               "steps", "warmup", "dropout")]
+                                               "steps", "warmup", "dropout", "inter_op_threads")]
     if args.profile and side == "ours":
         argv.append(f"--profile={os.path.join(args.profile, config)}")
     measured = same_run.run_measured(argv, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))

@@ -172,7 +172,10 @@ def summarise_profile(xplane_path: str, top: int = 25) -> list[tuple[str, float,
 
     Reads the XSpace proto directly: events on the host plane whose metadata names a TF op
     (`name:OpType`) are attributed to OpType; nested events are not double counted because only the
-    executor's per-op events carry that form."""
+    executor's per-op events carry that form. The runs of XLA-compiled functions (models/layers/fused.py,
+    the fused optimizer update) carry no op name; they are summed as "(XLA-fused functions)".
+    Durations are wall time per op: with TensorFlow's default inter-op parallelism two ops may run at
+    once and share the cores, so for shares that add up profile with one inter-op thread."""
     from tensorflow.tsl.profiler.protobuf import xplane_pb2  # shipped with TensorFlow
 
     space = xplane_pb2.XSpace()
@@ -187,6 +190,10 @@ def summarise_profile(xplane_path: str, top: int = 25) -> list[tuple[str, float,
         for line in plane.lines:
             for event in line.events:
                 name = meta[event.metadata_id].name
+                if name == "CpuExecutable::ExecuteAsyncOnStream":  # one run of an XLA-compiled function
+                    totals["(XLA-fused functions)"] += event.duration_ps / 1e9
+                    counts["(XLA-fused functions)"] += 1
+                    continue
                 if ":" not in name or "::" in name or name.startswith(("__inference", "Eager", "Iterator")):
                     continue
                 op_type = name.rsplit(":", 1)[1]

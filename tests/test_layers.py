@@ -233,6 +233,75 @@ def test_fused_dropout_rate_scale_gradient_and_reproducibility(dtype):
     np.testing.assert_array_equal(layer(xin, training=False).numpy(), xin.numpy())
 
 
+def test_fused_softmax_dropout_is_softmax_then_dropout():
+    """Attention's fused softmax + dropout: in float32 exactly masked_softmax followed by the fused dropout
+    with the same seed (values and gradient, a fully padded example included); bf16 scores in give bf16
+    probabilities out within bf16 rounding of that float32 result; rate 0 is the softmax alone."""
+    from textrain.models.layers import fused
+    from textrain.models.layers.softmax import fusable_softmax_dropout, masked_softmax_dropout
+    scores = tf.random.stateless_normal([4, 4, 64, 64], [1, 2]) * 3
+    dy = tf.random.stateless_normal(scores.shape, [3, 4])
+    mask = tf.constant(np.random.default_rng(0).random((4, 1, 1, 64)) > 0.3)
+    mask = tf.concat([mask[:3], tf.zeros_like(mask[:1])], 0)
+    seed = tf.constant([5, 6])
+    assert fusable_softmax_dropout(scores, mask)
+
+    def value_and_grad(fn, x):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = fn(x)
+        return y, tape.gradient(y, x, output_gradients=tf.cast(dy, y.dtype))
+
+    plain = lambda x: fused.stateless_dropout(masked_softmax(x, mask), 0.1, seed)  # noqa: E731
+    y_ref, g_ref = value_and_grad(plain, scores)
+    y, g = value_and_grad(lambda x: masked_softmax_dropout(x, mask, 0.1, seed), scores)
+    np.testing.assert_allclose(y.numpy(), y_ref.numpy(), rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(g.numpy(), g_ref.numpy(), rtol=1e-5, atol=1e-6)
+    assert np.all(y.numpy()[3] == 0) and np.all(g.numpy()[3] == 0)
+    assert 0.05 < float(np.mean(y.numpy()[:3][np.broadcast_to(mask[:3].numpy(), y[:3].shape)] == 0)) < 0.15
+    narrow = tf.cast(scores, tf.bfloat16)  # the reference sees the same rounded scores
+    y_ref, g_ref = value_and_grad(plain, tf.cast(narrow, tf.float32))
+    yb, gb = value_and_grad(lambda x: masked_softmax_dropout(x, mask, 0.1, seed), narrow)
+    assert yb.dtype == gb.dtype == tf.bfloat16
+    np.testing.assert_allclose(tf.cast(yb, tf.float32).numpy(), y_ref.numpy(), rtol=1e-2, atol=1e-3)
+    np.testing.assert_allclose(tf.cast(gb, tf.float32).numpy(), g_ref.numpy(), rtol=2e-2, atol=2e-2)
+    np.testing.assert_array_equal(masked_softmax_dropout(scores, mask).numpy(), masked_softmax(scores, mask).numpy())
+
+
+def test_fused_residual_dropout_layer_norm_is_the_op_by_op_sub_layer_output():
+    """The post-LN block's LN(x + dropout(y)) as one fused loop: in float32 the op-by-op LayerNorm of x plus
+    the fused dropout of y with the same seed (values and the gradients of x, y, gamma and beta); under
+    mixed_bfloat16 within bf16 rounding of that float32 result on the same (rounded) inputs (the op-by-op
+    bf16 path's own distance to it is of the same size)."""
+    from textrain.models.layers import fused
+    x = tf.random.stateless_normal([4, 64, 256], [1, 2])
+    y = tf.random.stateless_normal([4, 64, 256], [3, 4])
+    dy = tf.cast(tf.cast(tf.random.stateless_normal([4, 64, 256], [5, 6]), tf.bfloat16), tf.float32)
+    seed = tf.constant([7, 8])
+    results = {}
+    for name, policy, fuse in (("ref", "float32", False), ("f32", "float32", True), ("bf16", "mixed_bfloat16", True)):
+        norm = fused.LayerNormalization(epsilon=1e-12, dtype=policy)
+        norm.build((None, None, 256))
+        norm.gamma.assign(tf.random.stateless_normal([256], [9, 10]))
+        norm.beta.assign(tf.random.stateless_normal([256], [11, 12]))
+        drop = fused.Dropout(0.1, dtype=policy)
+        drop.draw_seed = lambda: seed  # noqa: E731  the same decisions on every path
+        xs, ys = (tf.cast(tf.cast(t, tf.bfloat16), norm.compute_dtype) for t in (x, y))
+        with tf.GradientTape() as tape:
+            tape.watch([xs, ys])
+            if fuse:
+                out = norm.residual(xs, ys, drop, training=True)
+            else:
+                out = norm(xs + fused.stateless_dropout(ys, 0.1, seed))
+        grads = tape.gradient(out, [xs, ys] + norm.trainable_variables, output_gradients=tf.cast(dy, out.dtype))
+        assert out.dtype == norm.compute_dtype
+        results[name] = [tf.cast(t, tf.float32).numpy() for t in [out] + grads]
+    for a, b in zip(results["f32"], results["ref"]):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+    for a, b in zip(results["bf16"], results["ref"]):  # within two bf16 ulps of the largest element
+        np.testing.assert_allclose(a, b, rtol=0, atol=2.0 ** -7 * np.max(np.abs(b)))
+
+
 def test_stateless_dropout_decisions_are_independent_across_positions_and_seeds():
     """The counter hash behind the fused dropout: no correlation between an element and its neighbours at
     the strides of a [batch, heads, query, key] tensor, nor between seeds that differ in one bit; int64

@@ -6,8 +6,10 @@ Decisions:
   (`attention/self/query/kernel` is `[hidden, heads*head_size]`); fused QKV would need a split on
   import for no measurable gain on CPU.
 - Scores are computed in the compute dtype (bf16 matmuls are the point of mixed precision) and
-  then cast to float32 for the one masked softmax (models/layers/softmax.py): exp/normalise of
-  long rows is where bf16 loses accuracy. Probabilities go back to the compute dtype.
+  the one masked softmax (models/layers/softmax.py) runs in float32: exp/normalise of long rows is
+  where bf16 loses accuracy. Probabilities go back to the compute dtype. On a training step's
+  scores, softmax and attention dropout are one fused loop each way that reads and writes the
+  compute dtype (`masked_softmax_dropout`): no float32 copy of the scores is cast, written or kept.
 - The query is scaled by 1/sqrt(head_size) before the score matmul (L*d work instead of L*L).
 - `attention_mask` is 1 = may attend, 0 = may not; `[batch, key_len]` (padding) or
   `[batch, query_len, key_len]` (causal, two-stream, cross). It is never named `mask`, which
@@ -27,7 +29,7 @@ from textrain.models.layers.dense import Dense
 from textrain.models.layers.fused import Dropout
 
 from textrain.models.layers.embeddings import truncated_normal
-from textrain.models.layers.softmax import masked_softmax
+from textrain.models.layers.softmax import fusable_softmax_dropout, masked_softmax, masked_softmax_dropout
 
 
 def expand_attention_mask(attention_mask: tf.Tensor | None) -> tf.Tensor | None:
@@ -94,8 +96,14 @@ class MultiHeadAttention(tf.keras.layers.Layer):
         else:
             k, v = (tf.cast(t, inputs.dtype) for t in key_value)
         scores = tf.matmul(q, k, transpose_b=True)  # [B, heads, Lq, Lk]
-        probs = masked_softmax(tf.cast(scores, tf.float32), expand_attention_mask(attention_mask))
-        probs = self.dropout(tf.cast(probs, v.dtype), training=training)
+        mask = expand_attention_mask(attention_mask)
+        if fusable_softmax_dropout(scores, mask):
+            drop = training is True and 0 < self.dropout.rate < 1
+            probs = masked_softmax_dropout(scores, mask, self.dropout.rate if drop else 0.0,
+                                           self.dropout.draw_seed() if drop else None)
+        else:
+            probs = masked_softmax(tf.cast(scores, tf.float32), mask)
+            probs = self.dropout(tf.cast(probs, v.dtype), training=training)
         context = tf.matmul(probs, v)  # [B, heads, Lq, head_size]
         context = tf.transpose(context, [0, 2, 1, 3])
         shape = tf.shape(inputs)

@@ -46,6 +46,19 @@ def xla(fn):
     return tf.function(fn, jit_compile=True, autograph=False)
 
 
+def in_float32(fn):
+    """`fn` computed in float32 on its (floating) arguments, the result cast back to the first argument's
+    dtype: a bf16/fp16 chain reads and writes its narrow dtype but rounds once. float32 inputs: `fn` as is."""
+    def run(*args):
+        dtype = args[0].dtype
+        if dtype == tf.float32:
+            return fn(*args)
+        return tf.cast(fn(*(tf.cast(a, tf.float32) if a.dtype.is_floating else a for a in args)), dtype)
+
+    run.__name__ = getattr(fn, "__name__", "in_float32")
+    return run
+
+
 # ------------------------------------------------------------------------------------ layer norm
 def layer_norm_forward(x, gamma, beta, epsilon):
     """Float32 LayerNorm over the last axis -> (y in x's dtype, mean, 1/std) (Keras' formula)."""
@@ -71,8 +84,35 @@ def layer_norm_backward(x, gamma, mean, rstd, dy):
     return tf.cast(dx, x.dtype), tf.cast(dgamma, gamma.dtype), tf.cast(dbeta, gamma.dtype)
 
 
+def layer_norm_backward_rows(x, gamma, mean, rstd, dy):
+    """The row-wise part of `layer_norm_backward`: (dx in x's dtype, dy * xhat in float32)."""
+    x32, dy32 = tf.cast(x, tf.float32), tf.cast(dy, tf.float32)
+    xhat = (x32 - mean) * rstd
+    g = dy32 * tf.cast(gamma, tf.float32)
+    dx = rstd * (g - tf.reduce_mean(g, axis=-1, keepdims=True)
+                 - xhat * tf.reduce_mean(g * xhat, axis=-1, keepdims=True))
+    return tf.cast(dx, x.dtype), dy32 * xhat
+
+
+def column_sums(t: tf.Tensor) -> tf.Tensor:
+    """Sum over every axis but the last, as ONE `ones @ t` matmul (oneDNN's GEMV: float32 accumulation,
+    the result in t's dtype)."""
+    flat = tf.reshape(t, [-1, t.shape[-1]])
+    return tf.matmul(tf.ones([1, flat.shape[0]], t.dtype), flat)[0]
+
+
+def _ln_backward_narrow(x, gamma, mean, rstd, dy):
+    """`layer_norm_backward` for bf16/fp16 x: the row-wise loop fused, then the gamma/beta column sums by
+    `column_sums`. XLA's CPU code for a bf16 column reduction in the same loop cost 2.5x the row-wise part
+    (17 vs 7 CPU-ms at [4096, 768], benchmarks/README.md); float32 keeps the single loop."""
+    dx, dy_xhat = _ln_backward_rows_xla(x, gamma, mean, rstd, dy)
+    # dy is exact in its narrow dtype (so is its GEMV, accumulating in float32); dy * xhat stays float32.
+    return dx, tf.cast(column_sums(dy_xhat), gamma.dtype), tf.cast(column_sums(dy), gamma.dtype)
+
+
 _ln_forward_xla = xla(layer_norm_forward)
 _ln_backward_xla = xla(layer_norm_backward)
+_ln_backward_rows_xla = xla(layer_norm_backward_rows)
 
 
 def fused_layer_norm(x: tf.Tensor, gamma: tf.Tensor, beta: tf.Tensor, epsilon: float) -> tf.Tensor:
@@ -84,26 +124,95 @@ def fused_layer_norm(x: tf.Tensor, gamma: tf.Tensor, beta: tf.Tensor, epsilon: f
         y, mean, rstd = _ln_forward_xla(x, gamma, beta, eps)
 
         def grad(dy):
-            return _ln_backward_xla(x, gamma, mean, rstd, dy)
+            if x.dtype == tf.float32:
+                return _ln_backward_xla(x, gamma, mean, rstd, dy)
+            return _ln_backward_narrow(x, gamma, mean, rstd, dy)
 
         return y, grad
 
     return run(x, gamma, beta)
 
 
+def _residual_forward(x, y, gamma, beta, epsilon, keys, threshold, scale):
+    """(LN(x + dropout(y)) in x's dtype, the sum x + dropout(y) in x's dtype, mean, 1/std); the sum and the
+    statistics in float32 (`keys` None: no dropout)."""
+    y32 = tf.cast(y, tf.float32)
+    z = tf.cast(x, tf.float32) + (y32 if keys is None else dropout_apply(y32, keys, threshold, scale))
+    z = tf.cast(z, x.dtype)  # what the backward pass reads (the op-by-op graph's sum, in x's dtype)
+    out, mean, rstd = layer_norm_forward(z, gamma, beta, epsilon)
+    return out, z, mean, rstd
+
+
+def _residual_backward(z, gamma, mean, rstd, dy, keys, threshold, scale):
+    """(d residual input, d dropout input, [d gamma, d beta] or [dy * xhat in float32])."""
+    if z.dtype == tf.float32:
+        dz, dgamma, dbeta = layer_norm_backward(z, gamma, mean, rstd, dy)
+        extra = (dgamma, dbeta)
+    else:
+        dz, dy_xhat = layer_norm_backward_rows(z, gamma, mean, rstd, dy)
+        extra = (dy_xhat,)
+    dropped = dz if keys is None else tf.cast(dropout_apply(tf.cast(dz, tf.float32), keys, threshold, scale), z.dtype)
+    return (dz, dropped) + extra
+
+
+_residual_forward_xla = xla(_residual_forward)
+_residual_backward_xla = xla(_residual_backward)
+
+
+def residual_dropout_layer_norm(x: tf.Tensor, y: tf.Tensor, gamma: tf.Tensor, beta: tf.Tensor, epsilon: float,
+                                rate: float = 0.0, seed: tf.Tensor | None = None) -> tf.Tensor:
+    """The post-LN block's `LN(x + dropout(y))` as ONE fused loop each way (the dropout decisions those of
+    `stateless_dropout` with `seed`; `rate` 0 or no seed: no dropout). In float32 the values are the
+    op-by-op ones; in bf16 the dropout, the sum and the statistics are float32 and rounded once."""
+    eps = tf.constant(epsilon, tf.float32)
+    keys = threshold = scale = None
+    if 0 < rate < 1 and seed is not None and y.shape.num_elements() < 2 ** 31:
+        keys, threshold, scale = dropout_constants(rate, seed, tf.float32)
+
+    @tf.custom_gradient
+    def run(x, y, gamma, beta):
+        out, z, mean, rstd = _residual_forward_xla(x, y, gamma, beta, eps, keys, threshold, scale)
+
+        def grad(dy):
+            dz, dropped, *extra = _residual_backward_xla(z, gamma, mean, rstd, dy, keys, threshold, scale)
+            if z.dtype == tf.float32:
+                dgamma, dbeta = extra
+            else:  # the column sums as GEMVs (see _ln_backward_narrow)
+                dgamma, dbeta = column_sums(extra[0]), column_sums(tf.cast(dy, z.dtype))
+            return dz, tf.cast(dropped, y.dtype), tf.cast(dgamma, gamma.dtype), tf.cast(dbeta, beta.dtype)
+
+        return out, grad
+
+    return run(x, y, gamma, beta)
+
+
 class LayerNormalization(tf.keras.layers.LayerNormalization):
     """Keras' LayerNormalization (same variables, names and formula) with the fused kernel for the
     common case: normalise over the last axis with gamma and beta, on a fusable tensor."""
 
-    def call(self, inputs):
+    def _fuses(self, inputs: tf.Tensor) -> bool:
         axis = self.axis if isinstance(self.axis, (list, tuple)) else [self.axis]
         rank = inputs.shape.rank
         last = rank is not None and [a % rank for a in axis] == [rank - 1]
-        if not (last and self.center and self.scale and not self.rms_scaling and fusable(inputs)):
+        return last and self.center and self.scale and not self.rms_scaling and fusable(inputs)
+
+    def call(self, inputs):
+        if not self._fuses(inputs):
             return super().call(inputs)
         # Reading the variables here gives what Keras' own call reads (autocast to the compute dtype).
         gamma, beta = tf.convert_to_tensor(self.gamma), tf.convert_to_tensor(self.beta)
         return tf.cast(fused_layer_norm(inputs, gamma, beta, self.epsilon), self.compute_dtype)
+
+    def residual(self, x: tf.Tensor, y: tf.Tensor, dropout: "Dropout", training: bool = False) -> tf.Tensor:
+        """`self(x + dropout(y, training))`, the post-LN block's sub-layer output, as one fused loop each
+        way (`residual_dropout_layer_norm`) when this layer's fused kernel applies to x and y alike."""
+        if not (self.built and self._fuses(x) and x.shape == y.shape and x.dtype == y.dtype
+                and dropout.noise_shape is None):
+            return self(x + dropout(y, training=training))
+        drop = training is True and 0 < dropout.rate < 1
+        gamma, beta = tf.cast(self.gamma, x.dtype), tf.cast(self.beta, x.dtype)  # what `self(...)` reads
+        return residual_dropout_layer_norm(x, y, gamma, beta, self.epsilon, dropout.rate if drop else 0.0,
+                                           dropout.draw_seed() if drop else None)
 
 
 # ---------------------------------------------------------------------------------- masked softmax
@@ -190,14 +299,18 @@ def dropout_apply(x, keys, threshold, scale):
 _dropout_apply_xla = xla(dropout_apply)
 
 
+def dropout_constants(rate: float, seed: tf.Tensor, dtype: tf.DType) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+    """(hash keys, uint32 drop threshold, scale in `dtype`) of `dropout_apply` for `rate` and `seed`."""
+    threshold = tf.constant(min(round(rate * 2.0 ** 32), 2 ** 32 - 1), tf.uint32)
+    return dropout_keys(seed), threshold, tf.constant(1.0 / (1.0 - rate), dtype)
+
+
 def stateless_dropout(x: tf.Tensor, rate: float, seed: tf.Tensor) -> tf.Tensor:
     """Inverted dropout of `x` decided by `seed` (`[2]` ints): on a fusable tensor the counter hash fused
     with the scaling, else `tf.nn.experimental.stateless_dropout` (same rate and scale, other draws)."""
     if not (0 < rate < 1 and fusable(x) and x.shape.num_elements() < 2 ** 31):  # int32 element index
         return tf.nn.experimental.stateless_dropout(x, rate=rate, seed=seed)
-    keys = dropout_keys(seed)
-    threshold = tf.constant(min(round(rate * 2.0 ** 32), 2 ** 32 - 1), tf.uint32)
-    scale = tf.constant(1.0 / (1.0 - rate), x.dtype)
+    keys, threshold, scale = dropout_constants(rate, seed, x.dtype)
 
     @tf.custom_gradient
     def run(value):
@@ -214,6 +327,10 @@ class Dropout(tf.keras.layers.Dropout):
     def call(self, inputs, training=False):
         if not (training is True and 0 < self.rate < 1 and self.noise_shape is None and fusable(inputs)):
             return super().call(inputs, training=training)
+        return stateless_dropout(inputs, self.rate, self.draw_seed())
+
+    def draw_seed(self) -> tf.Tensor:
+        """The next stateless seed of this layer's generator (what one training call consumes): for a
+        caller that fuses this dropout into its own loop (models/layers/softmax.masked_softmax_dropout)."""
         from keras.src.backend.tensorflow import random as keras_tf_random  # Keras' own seed handling
-        return stateless_dropout(inputs, self.rate,
-                                 keras_tf_random._cast_seed(keras_tf_random.draw_seed(self.seed_generator)))
+        return keras_tf_random._cast_seed(keras_tf_random.draw_seed(self.seed_generator))

@@ -45,3 +45,50 @@ def masked_softmax(logits: tf.Tensor, mask: tf.Tensor | None, axis: int = -1) ->
         return probs, lambda dy: fused._softmax_backward_xla(probs, dy)
 
     return run(logits)
+
+
+def _softmax_dropout_forward(logits, mask, keys, threshold, scale):
+    """-> (dropped probabilities, probabilities), both in logits' dtype, computed in float32."""
+    x = tf.cast(logits, tf.float32)
+    probs = tf.nn.softmax(x) if mask is None else _masked_softmax(x, mask)
+    dropped = probs if keys is None else fused.dropout_apply(probs, keys, threshold, scale)
+    return tf.cast(dropped, logits.dtype), tf.cast(probs, logits.dtype)
+
+
+def _softmax_dropout_backward(probs, dy, keys, threshold, scale):
+    """Gradient for the logits: dropout's gradient (same decisions), then softmax's, in float32."""
+    dy = tf.cast(dy, tf.float32)
+    if keys is not None:
+        dy = fused.dropout_apply(dy, keys, threshold, scale)
+    return fused.softmax_backward(probs, dy)
+
+
+_softmax_dropout_forward_xla = fused.xla(_softmax_dropout_forward)
+_softmax_dropout_backward_xla = fused.xla(_softmax_dropout_backward)
+
+
+def fusable_softmax_dropout(logits: tf.Tensor, mask: tf.Tensor | None) -> bool:
+    """True when `masked_softmax_dropout` runs fused on these inputs (else callers take the op-by-op path)."""
+    return fused.fusable(logits) and (mask is None or mask.shape.is_fully_defined())
+
+
+def masked_softmax_dropout(logits: tf.Tensor, mask: tf.Tensor | None, rate: float = 0.0,
+                           seed: tf.Tensor | None = None) -> tf.Tensor:
+    """Attention's `dropout(masked_softmax(logits))` over the last axis as ONE fused loop each way, computed
+    in float32 whatever `logits`' dtype and returned in it (bf16 scores in, bf16 probabilities out: no
+    float32 copy of the `[B, heads, Lq, Lk]` tensor is written, cast or kept for the backward pass, which
+    reads the probabilities in `logits`' dtype). The dropout decisions are `fused.stateless_dropout`'s
+    counter hash of `seed`; `rate` 0 (or no seed) is the softmax alone. Only for `fusable_softmax_dropout`
+    inputs. In float32 the values are those of masked_softmax followed by fused.stateless_dropout."""
+    if mask is not None:
+        mask = tf.cast(mask, tf.bool)
+    keys = threshold = scale = None
+    if 0 < rate < 1 and seed is not None and logits.shape.num_elements() < 2 ** 31:
+        keys, threshold, scale = fused.dropout_constants(rate, seed, tf.float32)
+
+    @tf.custom_gradient
+    def run(logits):
+        dropped, probs = _softmax_dropout_forward_xla(logits, mask, keys, threshold, scale)
+        return dropped, lambda dy: _softmax_dropout_backward_xla(probs, dy, keys, threshold, scale)
+
+    return run(logits)

@@ -70,9 +70,10 @@ class TransformerBlock(tf.keras.layers.Layer):
 
     def call(self, x: tf.Tensor, attention_mask: tf.Tensor | None = None, training: bool = False) -> tf.Tensor:
         attended = self.attention(x, attention_mask=attention_mask, training=training)
-        x = self.attention_layer_norm(x + self.attention_dropout(attended, training=training))
+        # LN(x + Dropout(sub-layer)): one fused loop each way on a training step's tensors.
+        x = self.attention_layer_norm.residual(x, attended, self.attention_dropout, training)
         ffn = self.output_dense(self.intermediate(x))
-        return self.output_layer_norm(x + self.output_dropout(ffn, training=training))
+        return self.output_layer_norm.residual(x, ffn, self.output_dropout, training)
 
     def tf1_variable_map(self, scope: str) -> dict[str, tf.Variable]:
         """Original names under `scope`, e.g. `bert/encoder/layer_3`."""
