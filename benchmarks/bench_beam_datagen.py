@@ -21,6 +21,23 @@ peak resident set size, what ru_maxrss reports for that process) and utime+stime
 seconds of the tree: the sum over its processes), listed as launcher / worker. A worker
 is a process that made shards: the pool workers (local-2), the Beam SDK harness processes (beam-*), or
 the launcher itself for local-1. The machine may be shared: quote CPU seconds beside wall times.
+
+--scale (issue 25; docs/beam_scale.md has the figures and the 100 GB projection made from them):
+
+    flock /work/bench.lock .venv-beam/bin/python benchmarks/bench_beam_datagen.py --scale --mb 1024 \
+        --num_shards 64 --work_dir DIR --configs local-1        # then beam-1, ... ; then --configs "" --simulate 2
+
+The corpus is all of en/ repeated to --mb MB (whole documents, a blank line between copies), written once
+in --work_dir with the CPU cost of one scan of it (what every shard job pays: each streams the whole
+corpus to find its documents); the vocab is learned once from --vocab_mb MB. Each configuration's figures
+and shard hashes are saved in DIR/results, so configurations too long for one locked command run in
+several, and every invocation lists all saved runs of the same corpus/shards (and exits 1 when their
+shards differ): wall, shards/min, CPU-s per MB and MB per CPU-s (all processes, children included: the
+larger of the polled sum and the reaped children's rusage), MB/s per worker, peak RSS per worker, CPU of
+the launcher and of each worker's busiest thread vs its other threads, and the per-core ratio Beam/local.
+--simulate N runs the Beam pipeline (DirectRunner, 1 worker) over the shard jobs one of N workers gets
+(shard i % N == 0) and over no job (the fixed cost), checks those shards against a full run's, and prints
+the projection's inputs and a projection to --project_gb on --project_workers x --project_cores.
 """
 from __future__ import annotations
 
