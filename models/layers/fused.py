@@ -12,6 +12,11 @@ Decisions:
 - The formulas are the model's own (tanh GELU, erf GELU, float32 LayerNorm with the originals' epsilon,
   the one masked softmax): only how they are scheduled changes. Results agree with the op-by-op graph to
   float rounding (tests/test_layers.py compares both).
+- bf16 (mixed precision): each fused loop reads and writes bf16 but computes in float32 and rounds once
+  (`in_float32`, the LayerNorm and softmax statistics). XLA's CPU code for bf16 arithmetic converts around
+  every op: the bf16 GELU loop took 93 CPU-ms where the float32-inside one takes 36 (benchmarks/README.md,
+  issue #25). The post-LN sub-layer output LN(x + dropout(y)) and attention's softmax + dropout are one loop
+  each way; bf16 LayerNorm gradients take gamma/beta's column sums as oneDNN GEMVs (`column_sums`).
 - Fused only when the tensor's shape is fully known and holds at least `FUSE_MIN_SIZE` elements: a
   training step's activations. Small or dynamically shaped tensors (unit tests, eager calls, exported
   serving signatures with a free batch dimension) take the op-by-op path: one XLA compilation per shape
