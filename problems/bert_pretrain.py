@@ -574,7 +574,8 @@ class BertPretrain(WordpieceCorpusProblem):
                         num_shards: int) -> list[TokenizedDocument]:
         """Stream the corpus, splitting into lines and tokenizing only this shard's documents."""
         keep = document_selector(split, shard_id, num_shards, self.hparams.dev_fraction)
-        texts = corpus.iter_document_texts(self.input_paths(), self.hparams.on_bad_utf8, keep=keep)
+        texts = corpus.iter_document_texts(self.input_paths(), self.hparams.on_bad_utf8, keep=keep,
+                                           spans=self.document_spans())
         mine = map(corpus.document_lines, texts)
         encoder = self.encoder(data_dir)
         words = (word_segmenters.WordContinuation(self.hparams.word_segmenter, encoder)

@@ -519,13 +519,6 @@ class ElectraPretrain(WordpieceCorpusProblem):
     def documents(self, paths: list[str]) -> Iterator[list[str]]:
         return read_text_documents(paths, self.hparams.blanks_separate_docs, self.hparams.on_bad_utf8)
 
-    def _document_spans(self) -> corpus.DocumentSpans:
-        """Where the corpus's documents lie, shared by the shards this process generates (the first shard's
-        scan records them; the others read only their own documents, see corpus.DocumentSpans)."""
-        if getattr(self, "_spans", None) is None:
-            self._spans = corpus.DocumentSpans()
-        return self._spans
-
     def feature_encoders(self, data_dir: str) -> dict[str, Any]:
         return {"input_ids": self.encoder(data_dir)}
 
@@ -569,7 +562,7 @@ class ElectraPretrain(WordpieceCorpusProblem):
                                  as_segments=True)
         keep = document_selector(split, shard_id, num_shards, hp.dev_fraction)
         texts = document_texts(self.input_paths(), hp.blanks_separate_docs, hp.on_bad_utf8, keep,
-                               self._document_spans())
+                               self.document_spans())
         if not hp.do_whole_word_mask and not hp.carry_overflow and hasattr(encoder, "encode_lines_flat"):
             # The same examples from ids kept in arrays (build_batches_flat).
             yield from build_batches_flat(texts, encoder, builder)
