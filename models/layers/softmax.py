@@ -6,7 +6,8 @@ so fp16/bf16 never overflow.
 
 A training step's softmax over the last axis (a fusable tensor, models/layers/fused.py) runs as one XLA
 forward (select, softmax, select) and one XLA backward `p * (dy - sum(dy * p))`, which is zero on masked
-positions as the op-by-op gradient is; same values.
+positions as the op-by-op gradient is; same values. Attention's training step fuses its dropout into the same
+two loops (`masked_softmax_dropout`), reading and writing the compute dtype and computing in float32.
 """
 from __future__ import annotations
 
