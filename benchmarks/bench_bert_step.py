@@ -49,7 +49,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks import same_run, step_bench  # noqa: E402
+from benchmarks import step_bench  # noqa: E402
 
 REPO = step_bench.REPO
 PEER_PYTHON = os.path.join(REPO, ".venv-bench", "bin", "python")
@@ -222,14 +222,10 @@ def run_side(args: argparse.Namespace, side: str, config: str, python: str) -> d
                                                "steps", "warmup", "dropout", "inter_op_threads")]
     if args.profile and side == "ours":
         argv.append(f"--profile={os.path.join(args.profile, config)}")
-    measured = same_run.run_measured(argv, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
-    result = step_bench.parse_child(measured["output"])
-    result["process_cpu_s"], result["process_wall_s"] = measured["cpu"], measured["wall"]
-    return result
+    return step_bench.run_child(argv)
 
 
-def mean(xs: list[float]) -> float:
-    return sum(xs) / len(xs)
+mean = step_bench.mean
 
 
 def main(argv: list[str] | None = None) -> None:

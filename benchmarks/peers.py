@@ -1,5 +1,5 @@
 """What the step benchmarks that run keras-hub beside ours share (bench_electra.py --part=step,
-bench_xlnet_step.py; bench_bert_step.py has its own copy): which sides run, one side in a fresh process,
+bench_xlnet_step.py; the fresh-process run and mean are step_bench's, shared with bench_bert_step.py): which sides run, one side in a fresh process,
 a result row, the ours/peer ratio line, and the peer's Keras optimizer with our trainers' schedule.
 
 Decisions:
@@ -16,11 +16,10 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks import same_run, step_bench  # noqa: E402
+from benchmarks import step_bench  # noqa: E402
 from benchmarks.bench_bert_step import PEER_INSTALL, PEER_PYTHON, peer_available  # noqa: E402
 
 __all__ = ["PEER_INSTALL", "PEER_PYTHON", "choose_sides", "run_side", "mean", "row", "ratio_line",
@@ -39,16 +38,8 @@ def choose_sides(spec: str, peer_python: str = PEER_PYTHON) -> list[str]:
     return sides
 
 
-def run_side(argv: list[str]) -> dict[str, Any]:
-    """Runs one side's child (`argv`, which prints a RESULT line) in a fresh process; its parsed result."""
-    measured = same_run.run_measured(argv, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
-    result = step_bench.parse_child(measured["output"])
-    result["process_cpu_s"], result["process_wall_s"] = measured["cpu"], measured["wall"]
-    return result
-
-
-def mean(xs: list[float]) -> float:
-    return sum(xs) / len(xs)
+run_side = step_bench.run_child
+mean = step_bench.mean
 
 
 def row(config: str, label: str, r: dict, batch: int, flops: float, peak: dict, precision: str) -> str:

@@ -29,6 +29,8 @@ import time
 from collections import defaultdict
 from typing import Any, Callable
 
+from benchmarks import same_run
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -220,3 +222,16 @@ if __name__ == "__main__":
     import sys
     if sys.argv[1:] == ["--matmul"]:
         print(child_result(_matmul_child()), flush=True)
+
+
+def run_child(argv: list[str]) -> dict[str, Any]:
+    """Runs a child (`argv`, which prints a RESULT line) in a fresh process: its parsed result, with the
+    process tree's CPU and wall seconds (every side of every step benchmark runs this way)."""
+    measured = same_run.run_measured(argv, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    result = parse_child(measured["output"])
+    result["process_cpu_s"], result["process_wall_s"] = measured["cpu"], measured["wall"]
+    return result
+
+
+def mean(xs: list[float]) -> float:
+    return sum(xs) / len(xs)
