@@ -29,8 +29,6 @@ import time
 from collections import defaultdict
 from typing import Any, Callable
 
-from benchmarks import same_run
-
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -227,6 +225,7 @@ if __name__ == "__main__":
 def run_child(argv: list[str]) -> dict[str, Any]:
     """Runs a child (`argv`, which prints a RESULT line) in a fresh process: its parsed result, with the
     process tree's CPU and wall seconds (every side of every step benchmark runs this way)."""
+    from benchmarks import same_run  # here: a child process imports this module without the benchmarks package
     measured = same_run.run_measured(argv, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
     result = parse_child(measured["output"])
     result["process_cpu_s"], result["process_wall_s"] = measured["cpu"], measured["wall"]
