@@ -43,8 +43,9 @@ setup(
     ],
     extras_require={
         # ruff: the linter the test command runs first (pyproject.toml [tool.ruff]); datasets:
-        # tests/test_corpus_formats.py writes a real save_to_disk directory with it.
-        "test": ["pytest>=7", "ruff>=0.6", "datasets>=2.14"],
+        # tests/test_corpus_formats.py writes a real save_to_disk directory with it; pytest-xdist: the test
+        # command runs two tests at a time (most wait on one core), keeping CI's 2-core run under 20 minutes.
+        "test": ["pytest>=7", "ruff>=0.6", "datasets>=2.14", "pytest-xdist>=3.5"],
         # textrain-datagen --runner=beam (docs/BEAM.md). 2.77 needs protobuf<7 (6.33), which TF 2.21 accepts
         # (>=6.31.1,<8): verified together with TF 2.21.0.
         "beam": ["apache-beam>=2.77,<3"],
