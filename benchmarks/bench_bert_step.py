@@ -50,6 +50,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks import step_bench  # noqa: E402
+from benchmarks.step_bench import mean  # noqa: E402
 
 REPO = step_bench.REPO
 PEER_PYTHON = os.path.join(REPO, ".venv-bench", "bin", "python")
@@ -223,9 +224,6 @@ def run_side(args: argparse.Namespace, side: str, config: str, python: str) -> d
     if args.profile and side == "ours":
         argv.append(f"--profile={os.path.join(args.profile, config)}")
     return step_bench.run_child(argv)
-
-
-mean = step_bench.mean
 
 
 def main(argv: list[str] | None = None) -> None:

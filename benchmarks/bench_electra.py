@@ -410,7 +410,7 @@ def bench_step(data_dir: str | None, modes: list[str], batch_size: int, steps: i
             if profile:
                 argv.append(f"--profile={os.path.join(profile, f'{side}_{mode}')}")
             try:
-                r = rows[side] = peers.run_side(argv)
+                r = rows[side] = step_bench.run_child(argv)
             except RuntimeError as e:
                 print(f"{mode:<10} {side:<16} FAILED: {str(e)[-1500:]}")
                 continue

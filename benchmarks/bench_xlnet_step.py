@@ -311,7 +311,7 @@ def main(argv=None) -> None:
             python = peers.PEER_PYTHON if side == "peer" else sys.executable
             try:
                 profile = [f"--profile={os.path.join(args.profile, side + '_' + variant)}"] if args.profile else []
-                r = rows[side] = peers.run_side([python, os.path.abspath(__file__), *passthrough, *profile,
+                r = rows[side] = step_bench.run_child([python, os.path.abspath(__file__), *passthrough, *profile,
                                                  f"--child={side}:{variant}"])
             except RuntimeError as e:
                 print(f"{variant:<10} {side:<16} failed: {str(e)[-1500:]}")

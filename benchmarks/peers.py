@@ -1,6 +1,6 @@
 """What the step benchmarks that run keras-hub beside ours share (bench_electra.py --part=step,
-bench_xlnet_step.py; the fresh-process run and mean are step_bench's, shared with bench_bert_step.py): which sides run, one side in a fresh process,
-a result row, the ours/peer ratio line, and the peer's Keras optimizer with our trainers' schedule.
+bench_xlnet_step.py; each side runs in a fresh process through step_bench.run_child, as bench_bert_step.py's):
+which sides run, a result row, the ours/peer ratio line, and the peer's Keras optimizer with our trainers' schedule.
 
 Decisions:
 - The peer (keras-hub 0.32.0) lives in `.venv-bench` only (see bench_bert_step.py for why and how to
@@ -20,9 +20,10 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks import step_bench  # noqa: E402
+from benchmarks.step_bench import mean  # noqa: E402
 from benchmarks.bench_bert_step import PEER_INSTALL, PEER_PYTHON, peer_available  # noqa: E402
 
-__all__ = ["PEER_INSTALL", "PEER_PYTHON", "choose_sides", "run_side", "mean", "row", "ratio_line",
+__all__ = ["PEER_INSTALL", "PEER_PYTHON", "choose_sides", "row", "ratio_line",
            "keras_optimizer", "HEADER"]
 
 HEADER = (f"{'config':<10} {'side':<16} {'s/step':>7} {'CPU s/step':>10} {'ex/s':>6} {'% matmul':>8} {'(CPU)':>6} "
@@ -36,10 +37,6 @@ def choose_sides(spec: str, peer_python: str = PEER_PYTHON) -> list[str]:
         print(f"peer not installed: {PEER_INSTALL}")
         sides = [s for s in sides if not s.startswith("peer")]
     return sides
-
-
-run_side = step_bench.run_child
-mean = step_bench.mean
 
 
 def row(config: str, label: str, r: dict, batch: int, flops: float, peak: dict, precision: str) -> str:

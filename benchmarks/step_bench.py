@@ -216,12 +216,6 @@ def parse_child(output: str) -> dict:
     return json.loads(lines[-1][len("RESULT "):])
 
 
-if __name__ == "__main__":
-    import sys
-    if sys.argv[1:] == ["--matmul"]:
-        print(child_result(_matmul_child()), flush=True)
-
-
 def run_child(argv: list[str]) -> dict[str, Any]:
     """Runs a child (`argv`, which prints a RESULT line) in a fresh process: its parsed result, with the
     process tree's CPU and wall seconds (every side of every step benchmark runs this way)."""
@@ -234,3 +228,10 @@ def run_child(argv: list[str]) -> dict[str, Any]:
 
 def mean(xs: list[float]) -> float:
     return sum(xs) / len(xs)
+
+
+if __name__ == "__main__":
+    import sys
+    if sys.argv[1:] == ["--matmul"]:
+        print(child_result(_matmul_child()), flush=True)
+
