@@ -46,7 +46,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -276,23 +275,12 @@ def main(argv: list[str] | None = None) -> None:
                 for op, ms, count in r.get("profile", []):
                     print(f"    {op:<40} {ms:10.1f} ms  x{count}")
         if runs.get("ours") and runs.get("peer"):
-            print(ratio_line(config, runs["ours"], runs["peer"]), flush=True)
+            print(step_bench.ratio_line(config, runs["ours"], runs["peer"], goal(config)), flush=True)
 
 
-def paired_ratios(ours: list[dict], peer: list[dict], key: str) -> list[float]:
-    """ours / peer of `key`'s mean, round by round (the i-th run of each side ran next to each other)."""
-    return [mean(o[key]) / mean(p[key]) for o, p in zip(ours, peer)]
-
-
-def ratio_line(config: str, ours: list[dict], peer: list[dict]) -> str:
-    """Step wall and CPU-s of ours over the peer's (the median over rounds, each round's ratio listed when
-    there are several) and the larger peak RSS of each side, against issue #25's goals for this step."""
-    wall, cpu = paired_ratios(ours, peer, "step_wall_s"), paired_ratios(ours, peer, "step_cpu_s")
-    rounds = f" (rounds {', '.join(f'{x:.2f}' for x in wall)})" if len(wall) > 1 else ""
-    rss = max(r["peak_rss_mib"] for r in ours) / max(r["peak_rss_mib"] for r in peer)
-    goal = "<= 0.75x time at >= 80 % of the bf16 peak" if config.startswith("bf16") else ">= 85 % of the peak"
-    return (f"{config:<9} ours/peer: step wall {statistics.median(wall):.2f}x{rounds}, CPU {statistics.median(cpu):.2f}x, "
-            f"peak RSS {rss:.2f}x (goal {goal})")
+def goal(config: str) -> str:
+    """Issue #25's goal for this BERT step's config."""
+    return "<= 0.75x time at >= 80 % of the bf16 peak" if config.startswith("bf16") else ">= 85 % of the peak"
 
 
 if __name__ == "__main__":

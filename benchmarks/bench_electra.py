@@ -419,7 +419,7 @@ def bench_step(data_dir: str | None, modes: list[str], batch_size: int, steps: i
             for op, ms, count in r.get("profile", []):
                 print(f"    {op:<40} {ms:10.1f} ms  x{count}")
         if "ours" in rows and "peer" in rows:
-            print(peers.ratio_line(mode, rows["ours"], rows["peer"]), flush=True)
+            print(step_bench.ratio_line(mode, [rows["ours"]], [rows["peer"]], peers.GOAL), flush=True)
 
 
 def main() -> None:

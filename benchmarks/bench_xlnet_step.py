@@ -324,7 +324,8 @@ def main(argv=None) -> None:
         if "peer" in rows:
             for side in ("ours_content", "ours"):
                 if side in rows:
-                    print(peers.ratio_line(variant, rows[side], rows["peer"], f"{side}/peer"), flush=True)
+                    print(step_bench.ratio_line(variant, [rows[side]], [rows["peer"]], peers.GOAL,
+                                                f"{side}/peer"), flush=True)
     if args.max_batch or peak["gpu"]:
         if peak["gpu"]:
             max_batch_search(args, passthrough, peak)

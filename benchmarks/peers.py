@@ -1,6 +1,6 @@
 """What the step benchmarks that run keras-hub beside ours share (bench_electra.py --part=step,
 bench_xlnet_step.py; each side runs in a fresh process through step_bench.run_child, as bench_bert_step.py's):
-which sides run, a result row, the ours/peer ratio line, and the peer's Keras optimizer with our trainers' schedule.
+which sides run, a result row, the goal of the ours/peer ratio line, and the peer's Keras optimizer with our trainers' schedule.
 
 Decisions:
 - The peer (keras-hub 0.32.0) lives in `.venv-bench` only (see bench_bert_step.py for why and how to
@@ -23,7 +23,7 @@ from benchmarks import step_bench  # noqa: E402
 from benchmarks.step_bench import mean  # noqa: E402
 from benchmarks.bench_bert_step import PEER_INSTALL, PEER_PYTHON, peer_available  # noqa: E402
 
-__all__ = ["PEER_INSTALL", "PEER_PYTHON", "choose_sides", "row", "ratio_line",
+__all__ = ["PEER_INSTALL", "PEER_PYTHON", "choose_sides", "row", "GOAL",
            "keras_optimizer", "HEADER"]
 
 HEADER = (f"{'config':<10} {'side':<16} {'s/step':>7} {'CPU s/step':>10} {'ex/s':>6} {'% matmul':>8} {'(CPU)':>6} "
@@ -47,11 +47,7 @@ def row(config: str, label: str, r: dict, batch: int, flops: float, peak: dict, 
             f"{r['warmup_wall_s']:9.1f} {r['peak_rss_mib']:12,.0f} {r['load_avg_1m']:5.1f} {r['loss']:8.3f}")
 
 
-def ratio_line(config: str, ours: dict, peer: dict, what: str = "ours/peer") -> str:
-    """Step wall, CPU-s and peak RSS of ours over the peer's, against the issue's goals."""
-    return (f"{config:<10} {what}: step wall {mean(ours['step_wall_s']) / mean(peer['step_wall_s']):.2f}x, "
-            f"CPU {mean(ours['step_cpu_s']) / mean(peer['step_cpu_s']):.2f}x, peak RSS "
-            f"{ours['peak_rss_mib'] / peer['peak_rss_mib']:.2f}x (goal <= 0.85x time, <= 1x RSS)")
+GOAL = "<= 0.85x time, <= 1x RSS"  # issue #25 part 2, for step_bench.ratio_line
 
 
 def keras_optimizer(learning_rate: float, num_warmup_steps: int = 10_000, num_train_steps: int = 1_000_000,

@@ -24,6 +24,7 @@ import glob
 import json
 import os
 import resource
+import statistics
 import tempfile
 import time
 from collections import defaultdict
@@ -230,8 +231,22 @@ def mean(xs: list[float]) -> float:
     return sum(xs) / len(xs)
 
 
+def paired_ratios(ours: list[dict], peer: list[dict], key: str) -> list[float]:
+    """ours / peer of `key`'s mean, run by run (the i-th run of each side ran next to each other)."""
+    return [mean(o[key]) / mean(p[key]) for o, p in zip(ours, peer)]
+
+
+def ratio_line(config: str, ours: list[dict], peer: list[dict], goal: str, what: str = "ours/peer") -> str:
+    """Step wall and CPU-s of ours over the peer's (the median over paired runs, each run's wall ratio
+    listed when there are several) and the larger peak RSS of each side, against `goal`."""
+    wall, cpu = paired_ratios(ours, peer, "step_wall_s"), paired_ratios(ours, peer, "step_cpu_s")
+    rounds = f" (rounds {', '.join(f'{x:.2f}' for x in wall)})" if len(wall) > 1 else ""
+    rss = max(r["peak_rss_mib"] for r in ours) / max(r["peak_rss_mib"] for r in peer)
+    return (f"{config:<10} {what}: step wall {statistics.median(wall):.2f}x{rounds}, "
+            f"CPU {statistics.median(cpu):.2f}x, peak RSS {rss:.2f}x (goal {goal})")
+
+
 if __name__ == "__main__":
     import sys
     if sys.argv[1:] == ["--matmul"]:
         print(child_result(_matmul_child()), flush=True)
-

@@ -29,24 +29,26 @@ def test_missing_peer_is_one_line_and_ours_runs_alone(capsys, tmp_path):
 
 
 def test_ratio_line_is_ours_over_peer():
-    from benchmarks import peers
+    from benchmarks import peers, step_bench
     ours = {"step_wall_s": [1.0, 2.0], "step_cpu_s": [3.0, 3.0], "peak_rss_mib": 800.0}
     peer = {"step_wall_s": [2.0, 4.0], "step_cpu_s": [4.0, 2.0], "peak_rss_mib": 1000.0}
-    line = peers.ratio_line("fp32", ours, peer)
+    line = step_bench.ratio_line("fp32", [ours], [peer], peers.GOAL)
     assert "step wall 0.50x, CPU 1.00x, peak RSS 0.80x" in line, line
+    assert line.endswith(f"(goal {peers.GOAL})"), line
 
 
 def test_bert_step_ratio_pairs_neighbouring_runs_and_takes_their_median():
     """bench_bert_step.py --rounds: round i's ours over round i's peer, the median of those, each listed;
     the peak RSS ratio compares each side's largest; the goal named is the config's."""
     from benchmarks import bench_bert_step as bench
+    from benchmarks.step_bench import paired_ratios, ratio_line
     ours = [{"step_wall_s": [w], "step_cpu_s": [2 * w], "peak_rss_mib": m} for w, m in ((6.0, 900), (7.0, 1000), (8.0, 950))]
     peer = [{"step_wall_s": [w], "step_cpu_s": [w], "peak_rss_mib": 2000} for w in (10.0, 8.0, 10.0)]
-    assert bench.paired_ratios(ours, peer, "step_wall_s") == [0.6, 0.875, 0.8]
-    line = bench.ratio_line("bf16", ours, peer)
+    assert paired_ratios(ours, peer, "step_wall_s") == [0.6, 0.875, 0.8]
+    line = ratio_line("bf16", ours, peer, bench.goal("bf16"))
     assert "step wall 0.80x (rounds 0.60, 0.88, 0.80), CPU 1.60x, peak RSS 0.50x" in line, line
-    assert "0.75x" in line and "0.75x" not in bench.ratio_line("fp32", ours[:1], peer[:1])
-    assert "rounds" not in bench.ratio_line("fp32", ours[:1], peer[:1])
+    assert "0.75x" in line and "0.75x" not in ratio_line("fp32", ours[:1], peer[:1], bench.goal("fp32"))
+    assert "rounds" not in ratio_line("fp32", ours[:1], peer[:1], bench.goal("fp32"))
 
 
 def test_bert_step_refuses_zero_rounds(capsys):
