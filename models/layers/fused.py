@@ -15,8 +15,15 @@ Decisions:
 - bf16 (mixed precision): each fused loop reads and writes bf16 but computes in float32 and rounds once
   (`in_float32`, the LayerNorm and softmax statistics). XLA's CPU code for bf16 arithmetic converts around
   every op: the bf16 GELU loop took 93 CPU-ms where the float32-inside one takes 36 (benchmarks/README.md,
-  issue #25). The post-LN sub-layer output LN(x + dropout(y)) and attention's softmax + dropout are one loop
-  each way; bf16 LayerNorm gradients take gamma/beta's column sums as oneDNN GEMVs (`column_sums`).
+  issue #25). The post-LN sub-layer output LN(x + dropout(y)) and attention's softmax + dropout are one
+  compiled function each way; bf16 LayerNorm gradients take gamma/beta's column sums as oneDNN GEMVs
+  (`column_sums`), and so do the Dense layers' bias gradients (models/layers/dense.py).
+- Row reductions (LayerNorm's statistics and gradient, softmax) are written as `row_sums` (a product with
+  ones) and `row_max` (a halving tree): XLA's CPU backend fuses a dot with the elementwise ops feeding it,
+  but writes the whole input of a reduce to memory first. Inside one compiled function nothing
+  activation-sized is then written in float32 (BERT-base bf16: LayerNorm forward 3.8 -> 2.3 ms, backward
+  5.9 -> 3.7, softmax + dropout backward 5.8 -> 3.7; benchmarks/README.md, issue #25).
+- Attention's head split and merge (`swap_middle_axes`) are XLA transposes, the query scale folded in.
 - Fused only when the tensor's shape is fully known and holds at least `FUSE_MIN_SIZE` elements: a
   training step's activations. Small or dynamically shaped tensors (unit tests, eager calls, exported
   serving signatures with a free batch dimension) take the op-by-op path: one XLA compilation per shape
@@ -65,12 +72,34 @@ def in_float32(fn):
     return run
 
 
+# ---------------------------------------------------------------------------------- row reductions
+# XLA's CPU backend (TF 2.21) never fuses a reduce with the ops that produce its input: it writes that
+# input out in full (float32 for a bf16 chain) and reads it back, often twice (a reduce-window pass, then
+# the reduce). A dot, though, takes its elementwise producer into its own loop. So inside the fused
+# functions a row sum is a matrix-vector product with ones, and a row max a halving tree of elementwise
+# maxima (one loop). Measured on this project's 2-core CPU (benchmarks/README.md, issue #25): sum(x * x)
+# over [4096, 768] float32 0.53 vs 2.39 ms, a masked row max over [32, 12, 128, 128] bf16 1.2 vs 4.0 ms.
+def row_sums(t: tf.Tensor) -> tf.Tensor:
+    """Sum over the last axis, kept as size 1, as `t @ ones` (float32 accumulation in t's dtype)."""
+    return tf.linalg.matvec(t, tf.ones([t.shape[-1]], t.dtype))[..., tf.newaxis]
+
+
+def row_max(t: tf.Tensor) -> tf.Tensor:
+    """Max over the last axis, kept as size 1: halves while the length is even, then one reduce."""
+    n = t.shape[-1]
+    while n % 2 == 0 and n > 1:
+        n //= 2
+        t = tf.maximum(t[..., :n], t[..., n:])
+    return t if n == 1 else tf.reduce_max(t, axis=-1, keepdims=True)
+
+
 # ------------------------------------------------------------------------------------ layer norm
 def layer_norm_forward(x, gamma, beta, epsilon):
     """Float32 LayerNorm over the last axis -> (y in x's dtype, mean, 1/std) (Keras' formula)."""
     x32 = tf.cast(x, tf.float32)
-    mean = tf.reduce_mean(x32, axis=-1, keepdims=True)
-    var = tf.reduce_mean(tf.math.squared_difference(x32, mean), axis=-1, keepdims=True)
+    n = x.shape[-1]
+    mean = row_sums(x32) / n
+    var = row_sums(tf.math.squared_difference(x32, mean)) / n
     rstd = tf.math.rsqrt(var + epsilon)
     inv = rstd * tf.cast(gamma, tf.float32)
     y = x32 * inv + (tf.cast(beta, tf.float32) - mean * inv)
@@ -85,8 +114,8 @@ def layer_norm_backward(x, gamma, mean, rstd, dy):
     dbeta = tf.reduce_sum(dy32, axis=rows)
     dgamma = tf.reduce_sum(dy32 * xhat, axis=rows)
     g = dy32 * tf.cast(gamma, tf.float32)
-    dx = rstd * (g - tf.reduce_mean(g, axis=-1, keepdims=True)
-                 - xhat * tf.reduce_mean(g * xhat, axis=-1, keepdims=True))
+    n = x.shape[-1]
+    dx = rstd * (g - row_sums(g) / n - xhat * (row_sums(g * xhat) / n))
     return tf.cast(dx, x.dtype), tf.cast(dgamma, gamma.dtype), tf.cast(dbeta, gamma.dtype)
 
 
@@ -95,8 +124,8 @@ def layer_norm_backward_rows(x, gamma, mean, rstd, dy):
     x32, dy32 = tf.cast(x, tf.float32), tf.cast(dy, tf.float32)
     xhat = (x32 - mean) * rstd
     g = dy32 * tf.cast(gamma, tf.float32)
-    dx = rstd * (g - tf.reduce_mean(g, axis=-1, keepdims=True)
-                 - xhat * tf.reduce_mean(g * xhat, axis=-1, keepdims=True))
+    n = x.shape[-1]
+    dx = rstd * (g - row_sums(g) / n - xhat * (row_sums(g * xhat) / n))
     return tf.cast(dx, x.dtype), dy32 * xhat
 
 
@@ -167,7 +196,7 @@ _residual_backward_xla = xla(_residual_backward)
 
 def residual_dropout_layer_norm(x: tf.Tensor, y: tf.Tensor, gamma: tf.Tensor, beta: tf.Tensor, epsilon: float,
                                 rate: float = 0.0, seed: tf.Tensor | None = None) -> tf.Tensor:
-    """The post-LN block's `LN(x + dropout(y))` as ONE fused loop each way (the dropout decisions those of
+    """The post-LN block's `LN(x + dropout(y))` as ONE compiled function each way (the dropout decisions those of
     `stateless_dropout` with `seed`; `rate` 0 or no seed: no dropout). In float32 the values are the
     op-by-op ones; in bf16 the dropout, the sum and the statistics are float32 and rounded once."""
     eps = tf.constant(epsilon, tf.float32)
@@ -221,11 +250,37 @@ class LayerNormalization(tf.keras.layers.LayerNormalization):
                                            dropout.draw_seed() if drop else None)
 
 
+# ---------------------------------------------------------------------------------- head transposes
+def _swap_middle_axes(x, scale):
+    y = tf.transpose(x, [0, 2, 1, 3])
+    return y if scale is None else y * tf.cast(scale, x.dtype)
+
+
+_swap_middle_axes_xla = xla(_swap_middle_axes)
+
+
+def swap_middle_axes(x: tf.Tensor, scale: float | None = None) -> tf.Tensor:
+    """`tf.transpose(x, [0, 2, 1, 3])` (times `scale` in x's dtype, if given): attention's split and merge
+    of heads. On a fusable rank-4 tensor it is one XLA loop each way, the scale folded in: XLA's CPU
+    transpose is about twice as fast as TensorFlow's (0.61 vs 1.48 ms on [32, 128, 12, 64] bf16,
+    benchmarks/README.md, issue #25), and the scaling is no separate pass. Same values either way."""
+    if not (fusable(x) and x.shape.rank == 4):
+        return _swap_middle_axes(x, scale)
+    factor = None if scale is None else tf.constant(scale, tf.float32)
+
+    @tf.custom_gradient
+    def run(x):
+        # [0, 2, 1, 3] is its own inverse; d(y * s) = dy * s.
+        return _swap_middle_axes_xla(x, factor), lambda dy: _swap_middle_axes_xla(dy, factor)
+
+    return run(x)
+
+
 # ---------------------------------------------------------------------------------- masked softmax
 def softmax_backward(probs, dy):
     """d softmax: p * (dy - sum(dy * p)); zero wherever p is zero (masked positions)."""
     p32, dy32 = tf.cast(probs, tf.float32), tf.cast(dy, tf.float32)
-    d = p32 * (dy32 - tf.reduce_sum(dy32 * p32, axis=-1, keepdims=True))
+    d = p32 * (dy32 - row_sums(dy32 * p32))
     return tf.cast(d, probs.dtype)
 
 
@@ -234,8 +289,8 @@ _softmax_backward_xla = xla(softmax_backward)
 
 # ------------------------------------------------------------------------------ cross-entropy
 def _cross_entropy_forward(logits, labels):
-    top = tf.reduce_max(logits, -1, keepdims=True)
-    log_sum = tf.math.log(tf.reduce_sum(tf.exp(logits - top), -1)) + top[:, 0]
+    top = tf.reduce_max(logits, -1, keepdims=True)  # a reduce straight off a float32 argument is fast
+    log_sum = tf.math.log(row_sums(tf.exp(logits - top))[:, 0]) + top[:, 0]
     return log_sum - tf.gather(logits, labels[:, None], batch_dims=1)[:, 0], log_sum
 
 

@@ -7,7 +7,8 @@ so fp16/bf16 never overflow.
 A training step's softmax over the last axis (a fusable tensor, models/layers/fused.py) runs as one XLA
 forward (select, softmax, select) and one XLA backward `p * (dy - sum(dy * p))`, which is zero on masked
 positions as the op-by-op gradient is; same values. Attention's training step fuses its dropout into the same
-two loops (`masked_softmax_dropout`), reading and writing the compute dtype and computing in float32.
+two compiled functions (`masked_softmax_dropout`), reading and writing the compute dtype and computing in
+float32; in bf16 the dropout scales the rounded probabilities, as the op-by-op graph does.
 """
 from __future__ import annotations
 
@@ -28,7 +29,23 @@ def _masked_softmax(logits: tf.Tensor, mask: tf.Tensor, axis: int = -1) -> tf.Te
     return tf.where(mask, probs, tf.zeros_like(probs))
 
 
-_masked_softmax_xla = fused.xla(_masked_softmax)
+def softmax_rows(x: tf.Tensor, mask: tf.Tensor | None) -> tf.Tensor:
+    """`_masked_softmax` of float32 `x` over the last axis (mask None: plain softmax) in the form XLA's CPU
+    backend fuses best (fused.row_max / fused.row_sums): the normaliser goes into the exponent,
+    exp(x - max - log(sum)), so the exponentials are computed twice but never written out (a second
+    consumer of exp(x - max) would make XLA write it in float32). A fully masked row: log(0) = -inf makes
+    every exponent +inf, and the mask selects zeros."""
+    if mask is not None:
+        x = tf.where(mask, x, large_negative(x.dtype))
+    top = fused.row_max(x)
+    e = tf.exp(x - top)
+    if mask is not None:
+        e = tf.where(mask, e, tf.zeros_like(e))
+    probs = tf.exp(x - (top + tf.math.log(fused.row_sums(e))))
+    return probs if mask is None else tf.where(mask, probs, tf.zeros_like(probs))
+
+
+_masked_softmax_xla = fused.xla(lambda logits, mask: tf.cast(softmax_rows(tf.cast(logits, tf.float32), mask), logits.dtype))
 
 
 def masked_softmax(logits: tf.Tensor, mask: tf.Tensor | None, axis: int = -1) -> tf.Tensor:
@@ -49,11 +66,15 @@ def masked_softmax(logits: tf.Tensor, mask: tf.Tensor | None, axis: int = -1) ->
 
 
 def _softmax_dropout_forward(logits, mask, keys, threshold, scale):
-    """-> (dropped probabilities, probabilities), both in logits' dtype, computed in float32."""
-    x = tf.cast(logits, tf.float32)
-    probs = tf.nn.softmax(x) if mask is None else _masked_softmax(x, mask)
-    dropped = probs if keys is None else fused.dropout_apply(probs, keys, threshold, scale)
-    return tf.cast(dropped, logits.dtype), tf.cast(probs, logits.dtype)
+    """-> (dropped probabilities, probabilities), both in logits' dtype: the softmax in float32, rounded
+    once; the dropout scales those rounded probabilities (in float32, rounded again), which are what the
+    backward pass reads, as in the op-by-op graph. One softmax output feeding both keeps XLA from writing
+    a float32 copy of the probabilities for two consumers."""
+    probs = tf.cast(softmax_rows(tf.cast(logits, tf.float32), mask), logits.dtype)
+    if keys is None:
+        return probs, probs
+    dropped = fused.dropout_apply(tf.cast(probs, tf.float32), keys, threshold, scale)
+    return tf.cast(dropped, logits.dtype), probs
 
 
 def _softmax_dropout_backward(probs, dy, keys, threshold, scale):
@@ -75,7 +96,7 @@ def fusable_softmax_dropout(logits: tf.Tensor, mask: tf.Tensor | None) -> bool:
 
 def masked_softmax_dropout(logits: tf.Tensor, mask: tf.Tensor | None, rate: float = 0.0,
                            seed: tf.Tensor | None = None) -> tf.Tensor:
-    """Attention's `dropout(masked_softmax(logits))` over the last axis as ONE fused loop each way, computed
+    """Attention's `dropout(masked_softmax(logits))` over the last axis as ONE compiled function each way, computed
     in float32 whatever `logits`' dtype and returned in it (bf16 scores in, bf16 probabilities out: no
     float32 copy of the `[B, heads, Lq, Lk]` tensor is written, cast or kept for the backward pass, which
     reads the probabilities in `logits`' dtype). The dropout decisions are `fused.stateless_dropout`'s
