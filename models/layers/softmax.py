@@ -78,11 +78,14 @@ def _softmax_dropout_forward(logits, mask, keys, threshold, scale):
 
 
 def _softmax_dropout_backward(probs, dy, keys, threshold, scale):
-    """Gradient for the logits: dropout's gradient (same decisions), then softmax's, in float32."""
-    dy = tf.cast(dy, tf.float32)
-    if keys is not None:
-        dy = fused.dropout_apply(dy, keys, threshold, scale)
-    return fused.softmax_backward(probs, dy)
+    """Gradient for the logits: dropout's gradient (same decisions), then softmax's, in float32:
+    p * (d - sum(d * p)) with d = dropout(dy). The sum takes dropout(dy * p), the same products, so that XLA
+    recomputes the decisions in both loops instead of writing d out in float32 for its two consumers."""
+    if keys is None:
+        return fused.softmax_backward(probs, dy)
+    p, dy = tf.cast(probs, tf.float32), tf.cast(dy, tf.float32)
+    total = fused.row_sums(fused.dropout_apply(dy * p, keys, threshold, scale))
+    return tf.cast(p * (fused.dropout_apply(dy, keys, threshold, scale) - total), probs.dtype)
 
 
 _softmax_dropout_forward_xla = fused.xla(_softmax_dropout_forward)
