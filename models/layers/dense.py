@@ -9,7 +9,8 @@ checkpoints are those of tf.keras Dense.
 On a training step's activations (`fused.fusable`) the bias is added by `matmul_bias`, whose bias
 gradient is one column-sum GEMV (`fused.column_sums`) instead of TensorFlow's BiasAddGrad: 2.5 vs 3.5 ms
 on a `[4096, 3072]` bf16 gradient, 0.47 vs 0.76 ms on `[4096, 768]` (benchmarks/README.md, issue #25).
-The forward ops are the same MatMul and BiasAdd, which oneDNN still fuses into one kernel.
+The forward ops are the same MatMul and BiasAdd, which oneDNN still fuses into one kernel. Only where no
+accelerator is visible (`fused.cpu_only`): a GPU's float32 GEMV may run in TF32, which rounds its inputs.
 """
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ class Dense(tf.keras.layers.Dense):
         if rank > 2:
             shape = tf.shape(inputs)
             flat = tf.reshape(inputs, [-1, inputs.shape[-1] if inputs.shape[-1] is not None else shape[-1]])
-        if self.use_bias and fused.fusable(flat):
+        if self.use_bias and fused.fusable(flat) and fused.cpu_only():
             # Reading the variables here gives what Keras' own call reads (autocast to the compute dtype).
             out = matmul_bias(flat, tf.convert_to_tensor(self.kernel), tf.convert_to_tensor(self.bias))
             if self.activation is not None:

@@ -79,8 +79,17 @@ def in_float32(fn):
 # functions a row sum is a matrix-vector product with ones, and a row max a halving tree of elementwise
 # maxima (one loop). Measured on this project's 2-core CPU (benchmarks/README.md, issue #25): sum(x * x)
 # over [4096, 768] float32 0.53 vs 2.39 ms, a masked row max over [32, 12, 128, 128] bf16 1.2 vs 4.0 ms.
+def cpu_only() -> bool:
+    """True when no GPU or TPU is visible (checked when a function is traced). Only XLA's CPU backend needs the
+    dot forms; on accelerators a float32 dot may round its inputs (TF32 on GPUs, bf16 passes on TPUs), while
+    their XLA backends fuse reductions anyway."""
+    return not (tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("TPU"))
+
+
 def row_sums(t: tf.Tensor) -> tf.Tensor:
-    """Sum over the last axis, kept as size 1, as `t @ ones` (float32 accumulation in t's dtype)."""
+    """Sum over the last axis, kept as size 1: on a CPU `t @ ones` (float32 accumulation in t's dtype)."""
+    if not cpu_only():
+        return tf.reduce_sum(t, axis=-1, keepdims=True)
     return tf.linalg.matvec(t, tf.ones([t.shape[-1]], t.dtype))[..., tf.newaxis]
 
 
