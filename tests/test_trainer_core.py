@@ -329,15 +329,26 @@ def _env() -> dict:
     return dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=REPO)
 
 
-def _wait_for(path_glob: str, proc: subprocess.Popen, timeout: float = 60.0) -> None:
+def _wait_until(done, what: str, proc: subprocess.Popen, timeout: float = 60.0) -> None:
     start = time.time()
-    while not tf.io.gfile.glob(path_glob):
+    while not done():
         if proc.poll() is not None:
             raise AssertionError(f"process ended early: {proc.communicate()}")
         if time.time() - start > timeout:
             proc.kill()
-            raise AssertionError(f"timed out waiting for {path_glob}")
+            raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.1)
+
+
+def _wait_for(path_glob: str, proc: subprocess.Popen) -> None:
+    _wait_until(lambda: tf.io.gfile.glob(path_glob), path_glob, proc)
+
+
+def _recorded_step(run: str) -> int:
+    """The step of the checkpoint the run's state file names (-1: none yet). The state is written after the
+    checkpoint's files, so a kill between the two leaves the index but no recorded checkpoint."""
+    last = tf.train.latest_checkpoint(run)
+    return int(last.rsplit("-", 1)[1]) if last else -1
 
 
 @pytest.mark.slow
@@ -346,7 +357,7 @@ def test_kill_minus_9_then_restart_continues_from_the_last_checkpoint(tmp_path):
     run = str(tmp_path / "run")
     args = ("run", run, ",".join(paths), "12", "0.2")
     proc = subprocess.Popen(_script(*args), env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    _wait_for(os.path.join(run, "ckpt-4.index"), proc)
+    _wait_until(lambda: _recorded_step(run) >= 4, f"ckpt-4 recorded in {run}", proc)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert proc.returncode == -signal.SIGKILL
