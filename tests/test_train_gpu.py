@@ -8,12 +8,12 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 
 import numpy as np
 import pytest
 import tensorflow as tf
 from cluster import free_ports
+from processes import recorded_step, wait_until
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -141,11 +141,7 @@ def test_multi_worker_kill_one_worker_then_restart_both_resumes(toy_data, tmp_pa
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
 
     first = start("0.3")  # 0.3 s per batch: still running when ckpt-4 appears
-    deadline = time.time() + 240
-    while not os.path.exists(os.path.join(run, "ckpt-4.index")):
-        assert time.time() < deadline and all(p.poll() is None for p in first), \
-            [p.communicate()[1][-2000:] for p in first if p.poll() is not None]
-        time.sleep(0.2)
+    wait_until(lambda: recorded_step(run) >= 4, f"ckpt-4 recorded in {run}", first, timeout=240)
     first[1].send_signal(signal.SIGKILL)
     first[0].send_signal(signal.SIGKILL)
     for p in first:

@@ -16,11 +16,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
 import tensorflow as tf
+from processes import recorded_step, wait_until
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -103,28 +103,6 @@ def test_four_logical_cpu_devices(toy_data, tmp_path):
     assert "MirroredStrategy" in proc.stderr and "CPU:3" in proc.stderr and "CPU:4" not in proc.stderr
 
 
-def _wait_until(done, what: str, proc: subprocess.Popen, timeout: float = 120.0) -> None:
-    start = time.time()
-    while not done():
-        if proc.poll() is not None:
-            raise AssertionError(f"process ended early: {proc.communicate()[1][-3000:]}")
-        if time.time() - start > timeout:
-            proc.kill()
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
-
-
-def _wait_for(path: str, proc: subprocess.Popen) -> None:
-    _wait_until(lambda: os.path.exists(path), path, proc)
-
-
-def _recorded_step(run: str) -> int:
-    """The step of the checkpoint the run's state file names (-1: none yet). The state is written after the
-    checkpoint's files, so a kill between the two leaves the index but no recorded checkpoint."""
-    last = tf.train.latest_checkpoint(run)
-    return int(last.rsplit("-", 1)[1]) if last else -1
-
-
 @pytest.mark.slow
 def test_kill_minus_9_then_resume_matches_an_uninterrupted_run(toy_data, reference, tmp_path):
     run = str(tmp_path / "killed")
@@ -133,7 +111,7 @@ def test_kill_minus_9_then_resume_matches_an_uninterrupted_run(toy_data, referen
     # 0.3 s per batch, so the run is still going when ckpt-5 appears.
     proc = subprocess.Popen(cmd, cwd=REPO, env=_env(TOY_SLOW_INPUT="0.3"), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
-    _wait_until(lambda: _recorded_step(run) >= 5, f"ckpt-5 recorded in {run}", proc)
+    wait_until(lambda: recorded_step(run) >= 5, f"ckpt-5 recorded in {run}", [proc], timeout=120)
     proc.send_signal(signal.SIGKILL)
     proc.communicate()
     assert proc.returncode == -signal.SIGKILL
@@ -153,7 +131,7 @@ def test_sigterm_saves_and_exits_143(toy_data, tmp_path):
                                      "--save_checkpoints_steps=2"),
                             cwd=REPO, env=_env(TOY_SLOW_INPUT="0.2"), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
-    _wait_for(os.path.join(run, "ckpt-2.index"), proc)
+    wait_until(lambda: recorded_step(run) >= 2, f"ckpt-2 recorded in {run}", [proc], timeout=120)
     proc.send_signal(signal.SIGTERM)
     stdout, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 143, stderr[-3000:]

@@ -27,6 +27,7 @@ if __name__ == "__main__":  # script mode: quiet TF before importing it
     sys.path.insert(0, REPO)
 
 import tensorflow as tf  # noqa: E402
+from processes import recorded_step, wait_until  # noqa: E402
 
 from textrain.models.base import StepOutput, Term, TrainableModel  # noqa: E402
 from textrain.trainers import core, optimization  # noqa: E402
@@ -329,35 +330,13 @@ def _env() -> dict:
     return dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=REPO)
 
 
-def _wait_until(done, what: str, proc: subprocess.Popen, timeout: float = 60.0) -> None:
-    start = time.time()
-    while not done():
-        if proc.poll() is not None:
-            raise AssertionError(f"process ended early: {proc.communicate()}")
-        if time.time() - start > timeout:
-            proc.kill()
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
-
-
-def _wait_for(path_glob: str, proc: subprocess.Popen) -> None:
-    _wait_until(lambda: tf.io.gfile.glob(path_glob), path_glob, proc)
-
-
-def _recorded_step(run: str) -> int:
-    """The step of the checkpoint the run's state file names (-1: none yet). The state is written after the
-    checkpoint's files, so a kill between the two leaves the index but no recorded checkpoint."""
-    last = tf.train.latest_checkpoint(run)
-    return int(last.rsplit("-", 1)[1]) if last else -1
-
-
 @pytest.mark.slow
 def test_kill_minus_9_then_restart_continues_from_the_last_checkpoint(tmp_path):
     paths = write_records(str(tmp_path / "data"))
     run = str(tmp_path / "run")
     args = ("run", run, ",".join(paths), "12", "0.2")
     proc = subprocess.Popen(_script(*args), env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    _wait_until(lambda: _recorded_step(run) >= 4, f"ckpt-4 recorded in {run}", proc)
+    wait_until(lambda: recorded_step(run) >= 4, f"ckpt-4 recorded in {run}", [proc], timeout=60)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert proc.returncode == -signal.SIGKILL
@@ -383,7 +362,7 @@ def test_sigterm_saves_then_exits(tmp_path):
     run = str(tmp_path / "run")
     proc = subprocess.Popen(_script("run", run, ",".join(paths), "100000", "0.2"), env=_env(),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    _wait_for(os.path.join(run, "ckpt-2.index"), proc)
+    wait_until(lambda: recorded_step(run) >= 2, f"ckpt-2 recorded in {run}", [proc], timeout=60)
     proc.send_signal(signal.SIGTERM)
     stdout, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 143, stderr[-2000:]

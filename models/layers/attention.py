@@ -78,7 +78,6 @@ class MultiHeadAttention(tf.keras.layers.Layer):
         """`[B, L, H]` -> `[B, heads, L, head_size]` (times `scale`, if given)."""
         shape = tf.shape(x)
         x = tf.reshape(x, [shape[0], shape[1], self.num_heads, self.head_size])
-        x.set_shape([x.shape[0], x.shape[1], self.num_heads, self.head_size])
         return swap_middle_axes(x, scale)
 
     def project_key_value(self, memory: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:

@@ -115,19 +115,6 @@ def layer_norm_forward(x, gamma, beta, epsilon):
     return tf.cast(y, x.dtype), mean, rstd
 
 
-def layer_norm_backward(x, gamma, mean, rstd, dy):
-    """Gradients of `layer_norm_forward` for x, gamma, beta (in their dtypes)."""
-    x32, dy32 = tf.cast(x, tf.float32), tf.cast(dy, tf.float32)
-    xhat = (x32 - mean) * rstd
-    rows = list(range(x.shape.rank - 1))
-    dbeta = tf.reduce_sum(dy32, axis=rows)
-    dgamma = tf.reduce_sum(dy32 * xhat, axis=rows)
-    g = dy32 * tf.cast(gamma, tf.float32)
-    n = x.shape[-1]
-    dx = rstd * (g - row_sums(g) / n - xhat * (row_sums(g * xhat) / n))
-    return tf.cast(dx, x.dtype), tf.cast(dgamma, gamma.dtype), tf.cast(dbeta, gamma.dtype)
-
-
 def layer_norm_backward_rows(x, gamma, mean, rstd, dy):
     """The row-wise part of `layer_norm_backward`: (dx in x's dtype, dy * xhat in float32)."""
     x32, dy32 = tf.cast(x, tf.float32), tf.cast(dy, tf.float32)
@@ -136,6 +123,16 @@ def layer_norm_backward_rows(x, gamma, mean, rstd, dy):
     n = x.shape[-1]
     dx = rstd * (g - row_sums(g) / n - xhat * (row_sums(g * xhat) / n))
     return tf.cast(dx, x.dtype), dy32 * xhat
+
+
+def layer_norm_backward(x, gamma, mean, rstd, dy):
+    """Gradients of `layer_norm_forward` for x, gamma, beta (in their dtypes): the row-wise part, then
+    gamma's and beta's sums over the rows."""
+    dx, dy_xhat = layer_norm_backward_rows(x, gamma, mean, rstd, dy)
+    rows = list(range(x.shape.rank - 1))
+    dgamma = tf.reduce_sum(dy_xhat, axis=rows)
+    dbeta = tf.reduce_sum(tf.cast(dy, tf.float32), axis=rows)
+    return dx, tf.cast(dgamma, gamma.dtype), tf.cast(dbeta, gamma.dtype)
 
 
 def column_sums(t: tf.Tensor) -> tf.Tensor:
