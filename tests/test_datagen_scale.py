@@ -79,7 +79,8 @@ def process_cost(pid: int) -> tuple[float, int] | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"), int(io["rchar"])
 
 
-def run_datagen(corpus: tuple[str, str], data_dir: str, num_shards: int, cpu_limit: float) -> tuple[float, int]:
+def run_datagen(corpus: tuple[str, str], data_dir: str, num_shards: int, cpu_limit: float,
+                why: str = "") -> tuple[float, int]:
     """(CPU seconds, bytes read) of one datagen run's process tree; a run past `cpu_limit` CPU-s is
     stopped and fails the test (the old cost would take minutes to finish)."""
     path, vocab = corpus
@@ -99,7 +100,7 @@ def run_datagen(corpus: tuple[str, str], data_dir: str, num_shards: int, cpu_lim
         if polled > cpu_limit:
             proc.kill()
             proc.communicate()
-            pytest.fail(f"{num_shards} shards: over {cpu_limit:.0f} CPU-s and still running")
+            pytest.fail(f"{num_shards} shards: over {cpu_limit:.0f} CPU-s and still running{why}")
         time.sleep(0.2)
     out = proc.communicate()[0]
     assert proc.returncode == 0, out[-3000:]
@@ -112,7 +113,8 @@ def run_datagen(corpus: tuple[str, str], data_dir: str, num_shards: int, cpu_lim
 def test_cpu_and_bytes_read_do_not_grow_with_the_shard_count(corpus, tmp_path):
     corpus_bytes = os.path.getsize(corpus[0])
     cpu_8, read_8 = run_datagen(corpus, str(tmp_path / "s8"), 8, cpu_limit=600)
-    cpu_64, read_64 = run_datagen(corpus, str(tmp_path / "s64"), 64, cpu_limit=CPU_RATIO * cpu_8 + 5)
+    cpu_64, read_64 = run_datagen(corpus, str(tmp_path / "s64"), 64, cpu_limit=CPU_RATIO * cpu_8 + 5,
+                                   why=f" (8 shards: {cpu_8:.1f} CPU-s)")
     figures = (f"8 shards {cpu_8:.1f} CPU-s, read {read_8 / corpus_bytes:.2f}x the corpus; "
                f"64 shards {cpu_64:.1f} CPU-s, read {read_64 / corpus_bytes:.2f}x")
     assert cpu_64 <= CPU_RATIO * cpu_8, figures
