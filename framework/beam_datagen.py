@@ -52,10 +52,10 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from apache_beam.runners.runner import PipelineState
 
-from textrain.framework import corpus_formats
-from textrain.framework.generator import (GenerationPlan, ProblemSpec, Rendered, ShardJob, corpus_units,
-                                           generation_lock, plan_generation, remove_rendered, rendered_dir,
-                                           run_shard_job, write_manifests)
+from textrain.framework import corpus_formats, shuffle
+from textrain.framework.generator import (GenerationPlan, ProblemSpec, Rendered, ShardJob, Shuffled, corpus_units,
+                                           generation_lock, plan_generation, plan_shuffle, remove_rendered,
+                                           rendered_dir, run_shard_job, write_manifests)
 from textrain.framework.problem import Problem
 
 
@@ -76,15 +76,24 @@ class _ProblemDoFn(beam.DoFn):
 class WriteShard(_ProblemDoFn):
     """One shard job -> one shard file written atomically; emits the shard's stats."""
 
-    def __init__(self, spec: ProblemSpec, data_dir: str, tmp_dir: str, seed: int):
+    def __init__(self, spec: ProblemSpec, data_dir: str, tmp_dir: str, seed: int, shuffled: bool):
         super().__init__(spec, data_dir, tmp_dir)
-        self.seed = seed
+        self.seed, self.shuffled = seed, shuffled
 
-    def process(self, job: ShardJob, rendered: Rendered) -> Iterator[dict]:
-        stats = run_shard_job(self.problem, self.data_dir, self.tmp_dir, self.seed, job, rendered)
+    def process(self, keyed: tuple, rendered: Rendered) -> Iterator[dict]:
+        (split, shard_id), grouped = keyed
+        for job in grouped["job"]:
+            texts = None
+            if self.shuffled:
+                docs = sorted(d for docs in grouped["docs"] for d in docs)  # (partition, position): corpus order
+                texts = shuffle.GroupedTexts(split, shard_id, tuple(text for _, _, text in docs))
+            yield self._write(job, rendered, texts)
+
+    def _write(self, job: ShardJob, rendered: Rendered, texts: shuffle.GroupedTexts | None) -> dict:
+        stats = run_shard_job(self.problem, self.data_dir, self.tmp_dir, self.seed, job, rendered, texts)
         logging.info("shard %s-%d of %d: %d examples in %.1fs", job.split, job.shard_id, job.num_shards,
                      stats["count"], stats["seconds"])
-        yield stats
+        return stats
 
 
 class WriteManifests(_ProblemDoFn):
@@ -103,6 +112,16 @@ class WriteManifests(_ProblemDoFn):
 def _render(numbered: tuple[int, corpus_formats.RenderUnit]) -> tuple[int, list]:
     number, unit = numbered
     return number, corpus_formats.render_unit(unit)
+
+
+def _keyed_documents(part: shuffle.Partition, corpus: shuffle.DocumentCorpus, shards: dict[str, int]
+                     ) -> Iterator[tuple[tuple[str, int], list[tuple[int, int, str]]]]:
+    """Read one partition; each document keyed by its (split, shard), with its corpus position
+    (partition, index in it), grouped per key so that a partition emits one element per shard."""
+    groups: dict[tuple[str, int], list[tuple[int, int, str]]] = {}
+    for i, text in enumerate(shuffle.partition_texts(corpus, part)):
+        groups.setdefault(shuffle.assign(text, corpus.dev_fraction, shards), []).append((part.index, i, text))
+    yield from groups.items()
 
 
 def _check(results: list[tuple[int, list]], units: list[corpus_formats.RenderUnit]) -> Rendered:
@@ -130,37 +149,48 @@ def pipeline_options(options: str | Sequence[str]) -> PipelineOptions:
 
 
 def build_pipeline(pipeline: beam.Pipeline, problem: Problem, data_dir: str, tmp_dir: str,
-                   plan: GenerationPlan, units: list[corpus_formats.RenderUnit], rendered: str) -> None:
-    """Add the render, shard and manifest stages of `plan` to `pipeline` (`units`: the corpus units to
-    render, into the directory `rendered`)."""
+                   plan: GenerationPlan, units: list[corpus_formats.RenderUnit], rendered: str,
+                   shuffled: Shuffled | None = None) -> None:
+    """Add the render, shuffle, shard and manifest stages of `plan` to `pipeline` (`units`: the corpus
+    units to render, into the directory `rendered`; `shuffled`: the document corpus's partitions)."""
     spec = ProblemSpec.of(problem)
+    jobs = (pipeline
+            | "ShardJobs" >> beam.Create([((job.split, job.shard_id), job) for job in plan.jobs])
+            | "Spread" >> beam.Reshuffle())
+    if shuffled is not None:
+        documents = (pipeline
+                     | "Partitions" >> beam.Create(shuffled.partitions)
+                     | "SpreadPartitions" >> beam.Reshuffle()
+                     | "ReadPartitions" >> beam.FlatMap(_keyed_documents, shuffled.corpus, shuffled.shards))
+    else:
+        documents = pipeline | "NoDocuments" >> beam.Create([])
     ready = (pipeline
              | "CorpusUnits" >> beam.Create(list(enumerate(units)))
              | "SpreadUnits" >> beam.Reshuffle()
              | "RenderUnits" >> beam.Map(_render)
              | "AfterAllUnits" >> beam.combiners.ToList()
              | "CheckUnits" >> beam.Map(_check, units))
-    _ = (pipeline
-         | "ShardJobs" >> beam.Create(plan.jobs)
-         | "Spread" >> beam.Reshuffle()
-         | "WriteShards" >> beam.ParDo(WriteShard(spec, data_dir, tmp_dir, plan.seed), beam.pvalue.AsSingleton(ready))
+    _ = ({"job": jobs, "docs": documents}
+         | "ShuffleToShards" >> beam.CoGroupByKey()
+         | "WriteShards" >> beam.ParDo(WriteShard(spec, data_dir, tmp_dir, plan.seed, shuffled is not None),
+                                       beam.pvalue.AsSingleton(ready))
          | "AfterAllShards" >> beam.combiners.ToList()
          | "WriteManifests" >> beam.ParDo(WriteManifests(spec, data_dir, tmp_dir, plan, rendered)))
 
 
 def generate_data(problem: Problem, data_dir: str, tmp_dir: str, *, options: str | Sequence[str] = "",
-                  seed: int = 0, overwrite: bool = False, num_shards: dict[str, int] | None = None
-                  ) -> dict[str, dict]:
+                  seed: int = 0, overwrite: bool = False, num_shards: dict[str, int] | None = None,
+                  partition_mb: float = shuffle.DEFAULT_PARTITION_MB) -> dict[str, dict]:
     """Plan here, generate on the Beam runner, return {split: manifest} of the complete splits.
 
     Waits for the pipeline (Beam's `with` block calls run().wait_until_finish()); the manifests are
     read back from data_dir, where the pipeline's last stage wrote them."""
     with generation_lock(problem, data_dir):  # one writer per problem directory, as local datagen
-        return _generate_locked(problem, data_dir, tmp_dir, options, seed, overwrite, num_shards)
+        return _generate_locked(problem, data_dir, tmp_dir, options, seed, overwrite, num_shards, partition_mb)
 
 
 def _generate_locked(problem: Problem, data_dir: str, tmp_dir: str, options: str | Sequence[str], seed: int,
-                     overwrite: bool, num_shards: dict[str, int] | None) -> dict[str, dict]:
+                     overwrite: bool, num_shards: dict[str, int] | None, partition_mb: float) -> dict[str, dict]:
     plan = plan_generation(problem, data_dir, tmp_dir, seed=seed, overwrite=overwrite,
                            num_shards=num_shards)
     if not plan.jobs:  # every shard exists already: only manifests (if any) are missing
@@ -171,10 +201,11 @@ def _generate_locked(problem: Problem, data_dir: str, tmp_dir: str, options: str
     directory = rendered_dir(problem, data_dir)
     try:
         units = corpus_units(problem, tmp_dir, plan, directory)
-        logging.info("datagen %s on Beam: %d corpus units to render, %d shard jobs", problem.name, len(units),
-                     len(plan.jobs))
+        shuffled = plan_shuffle(problem, data_dir, tmp_dir, plan, partition_mb, spill=False)
+        logging.info("datagen %s on Beam: %d corpus units to render, %d partitions, %d shard jobs", problem.name,
+                     len(units), len(shuffled.partitions) if shuffled else 0, len(plan.jobs))
         with beam.Pipeline(options=pipeline_options(options)) as pipeline:
-            build_pipeline(pipeline, problem, data_dir, tmp_dir, plan, units, directory)
+            build_pipeline(pipeline, problem, data_dir, tmp_dir, plan, units, directory, shuffled)
     except BaseException:
         remove_rendered(directory)
         raise

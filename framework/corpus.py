@@ -151,16 +151,26 @@ def _decode_lines_of(block: bytes, path: str, first_lineno: int, on_bad_utf8: st
     return "".join(out), bad
 
 
-def _iter_byte_blocks(path: str) -> Iterator[bytes]:
-    """The raw bytes of a file in blocks of about BLOCK_BYTES that end at a line end (the newline is kept;
-    the last block may lack it). tf.io.gfile's readline (what iter_lines gets for an uncompressed file)
-    drops every carriage return, wherever it is in the line; gzip/bz2 lines keep theirs: blocks do the same."""
+ByteRange = tuple[int, int]  # [start, end) of an uncompressed file's bytes (a datagen partition)
+
+
+def _iter_byte_blocks(path: str, byte_range: ByteRange | None = None) -> Iterator[bytes]:
+    """The raw bytes of a file (or of its `byte_range` only) in blocks of about BLOCK_BYTES that end at a
+    line end (the newline is kept; the last block may lack it). tf.io.gfile's readline (what iter_lines
+    gets for an uncompressed file) drops every carriage return, wherever it is in the line; gzip/bz2 lines
+    keep theirs: blocks do the same."""
     drop_cr = not is_compressed(path)
+    left = None
     with _open_binary(path) as f:
+        if byte_range is not None:
+            f.seek(byte_range[0])
+            left = byte_range[1] - byte_range[0]
         pending: list[bytes] = []  # bytes after the last newline seen (a line longer than a block grows here)
         try:
             while True:
-                data = f.read(BLOCK_BYTES)
+                data = f.read(BLOCK_BYTES if left is None else min(BLOCK_BYTES, left))
+                if left is not None:
+                    left -= len(data)
                 if not data:
                     break
                 cut = data.rfind(b"\n") + 1
@@ -197,12 +207,14 @@ def _decode(block: bytes, path: str, lineno: int, on_bad_utf8: str) -> tuple[str
         return _decode_lines_of(block, path, lineno, on_bad_utf8)
 
 
-def iter_text_blocks(path: str, on_bad_utf8: str = "error") -> Iterator[str]:
-    """The text of a file in blocks of about BLOCK_BYTES that end at a line end (the newline is kept; the
-    last block may lack it). The lines of the concatenated blocks are exactly those of `iter_lines`."""
+def iter_text_blocks(path: str, on_bad_utf8: str = "error", byte_range: ByteRange | None = None
+                     ) -> Iterator[str]:
+    """The text of a file (or of its `byte_range`) in blocks of about BLOCK_BYTES that end at a line end
+    (the newline is kept; the last block may lack it). The lines of the concatenated blocks are exactly
+    those of `iter_lines`."""
     _check_policy(on_bad_utf8)
     lineno, bad = 1, 0
-    for block in _iter_byte_blocks(path):
+    for block in _iter_byte_blocks(path, byte_range):
         text, n = _decode(block, path, lineno, on_bad_utf8)
         bad += n
         lineno += block.count(b"\n")
@@ -258,7 +270,8 @@ _BLANK_BYTES = re.compile(b"(?:" + _WS + b"|\n)*")
 
 def iter_document_texts(paths: Sequence[str] | str, on_bad_utf8: str = "error",
                         keep: Callable[[int], bool] | None = None,
-                        spans: "DocumentSpans | None" = None) -> Iterator[str]:
+                        spans: "DocumentSpans | None" = None, byte_range: ByteRange | None = None
+                        ) -> Iterator[str]:
     """The documents of `read_documents`, each as its raw text (lines joined by newlines, not yet stripped):
     `document_lines(text)` gives the lines. With `keep`, only the documents whose index i (0-based, over
     all the files' non-empty documents, asked in order) has keep(i) true: the others are counted, never
@@ -271,10 +284,15 @@ def iter_document_texts(paths: Sequence[str] | str, on_bad_utf8: str = "error",
 
     `spans` (a `DocumentSpans` the caller keeps between calls): a scan of a local uncompressed file records
     where each of its documents lies, and a later call on the unchanged file reads only the kept documents
-    (a seek and a read each) instead of scanning the file again; the same texts, in the same order."""
+    (a seek and a read each) instead of scanning the file again; the same texts, in the same order.
+
+    `byte_range` (one plain file only): read only those bytes, which start and end at a document
+    boundary (a datagen partition, framework/partitions.py); line numbers in errors count from its start."""
     _check_policy(on_bad_utf8)
+    if byte_range is not None:
+        spans = None
     if on_bad_utf8 == "skip":
-        yield from _iter_document_texts_decoded(paths, on_bad_utf8, keep)
+        yield from _iter_document_texts_decoded(paths, on_bad_utf8, keep, byte_range)
         return
     if isinstance(paths, str):
         paths = expand_paths(paths)
@@ -317,7 +335,7 @@ def iter_document_texts(paths: Sequence[str] | str, on_bad_utf8: str = "error",
         # blocks are the file's bytes when no carriage return was dropped, which `finish` checks), and where the
         # current piece starts (-1: at the framing newline before the file's first byte).
         base, piece_start = 0, -1
-        for block in _iter_byte_blocks(path):
+        for block in _iter_byte_blocks(path, byte_range):
             # Framed by newlines so that every line of the block, first and last included, is seen whole;
             # framed position p is on line lineno - 1 + framed.count(b"\n", 0, p). A piece keeps the newline
             # ending its last line (decoding errors show the bytes iter_lines shows).
@@ -474,14 +492,15 @@ def _count_newlines(f: io.BufferedIOBase, end: int) -> int:
 
 
 def _iter_document_texts_decoded(paths: Sequence[str] | str, on_bad_utf8: str,
-                                 keep: Callable[[int], bool] | None) -> Iterator[str]:
+                                 keep: Callable[[int], bool] | None,
+                                 byte_range: ByteRange | None = None) -> Iterator[str]:
     """iter_document_texts on decoded blocks (every line decoded under the policy before documents are cut)."""
     if isinstance(paths, str):
         paths = expand_paths(paths)
     index = -1
     for path in paths:
         pending: list[str] = []
-        for block in iter_text_blocks(path, on_bad_utf8):
+        for block in iter_text_blocks(path, on_bad_utf8, byte_range):
             framed = "\n" + (block[:-1] if block.endswith("\n") else block) + "\n"
             start = None
             for m in _BLANK_LINES.finditer(framed):

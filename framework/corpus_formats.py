@@ -815,6 +815,37 @@ def document_records(path: CorpusFile) -> Iterator[str]:
     warn_skipped(path, skips.places, budget)
 
 
+def part_documents(path: CorpusFile, part: Part) -> tuple[list[str], list[tuple[str, str]]]:
+    """The documents (as `document_renderer` makes them) of one part of a structured file of the
+    "documents" layout (Parquet row groups / Arrow record batches [start, stop), or None: the whole file),
+    and its bad records. More bad records than --skip_bad_records in the part alone is the error naming
+    the first past it (the file's count over all its parts: `check_bad_records`)."""
+    budget = path.options.skip_bad_records
+    skips = _Skips(budget)
+    render = document_renderer(path)
+    out: list[str] = []
+    try:
+        for (texts,) in _good_columns(path, part, skips):
+            out.extend(map(render, _documents_of(texts, path.options.paragraphs_as_documents)))
+    except _TooMany:
+        raise too_many_error(path, skips.places, budget) from None
+    return out, skips.places
+
+
+def check_bad_records(files: list[tuple[CorpusFile, list[tuple[str, str]]]]) -> None:
+    """After every part of a run is read: a file whose parts hold more bad records than its
+    --skip_bad_records is the error naming the first past it; fewer are logged once per file."""
+    by_file: dict[tuple, tuple[CorpusFile, list]] = {}
+    for path, places in files:
+        if isinstance(path, CorpusFile):
+            by_file.setdefault(_key(path), (path, []))[1].extend(places)
+    for path, places in by_file.values():
+        budget = path.options.skip_bad_records
+        if len(places) > budget:
+            raise too_many_error(path, places, budget)
+        warn_skipped(path, places, budget)
+
+
 def document_renderer(path: CorpusFile) -> Callable[[str], str]:
     """raw record text -> the document's text: its non-blank lines, each cut into sentences, one a line."""
     name = path.options.sentence_splitter
@@ -943,7 +974,7 @@ def _key(path: CorpusFile) -> tuple[str, ReadOptions]:
     return str(path), path.options
 
 
-def _parts_of(path: CorpusFile) -> list[tuple[int, int] | None]:
+def parts_of(path: CorpusFile) -> list[tuple[int, int] | None]:
     """A file's units: row groups (Parquet) or record batches (Arrow IPC file), at most _MAX_UNITS ranges of
     about equal count; any other file is one unit."""
     fmt = path.options.input_format
@@ -971,7 +1002,7 @@ def plan_units(paths: Iterable[str], directory: str) -> list[RenderUnit]:
             continue
         seen.add(_key(path))
         name = hashlib.sha256(repr(_key(path)).encode()).hexdigest()[:16]
-        for number, part in enumerate(_parts_of(path)):
+        for number, part in enumerate(parts_of(path)):
             units.append(RenderUnit(path, number, part, os.path.join(directory, f"{name}-{number:05d}.txt")))
     return units
 

@@ -87,7 +87,7 @@ from textrain.framework.generator import shard_np_rng, shard_rng
 from textrain.framework.settings import help_text
 from textrain.framework.lazy_tf import tf
 from textrain.framework.registry import register_problem
-from textrain.framework.text_problems import WordpieceCorpusProblem, document_selector
+from textrain.framework.text_problems import WordpieceCorpusProblem
 from textrain.framework.truncation import truncate_seq_pair
 
 CLS, SEP, MASK = "[CLS]", "[SEP]", "[MASK]"
@@ -573,10 +573,7 @@ class BertPretrain(WordpieceCorpusProblem):
     def shard_documents(self, data_dir: str, split: str, shard_id: int,
                         num_shards: int) -> list[TokenizedDocument]:
         """Stream the corpus, splitting into lines and tokenizing only this shard's documents."""
-        keep = document_selector(split, shard_id, num_shards, self.hparams.dev_fraction)
-        texts = corpus.iter_document_texts(self.input_paths(), self.hparams.on_bad_utf8, keep=keep,
-                                           spans=self.document_spans())
-        mine = map(corpus.document_lines, texts)
+        mine = map(corpus.document_lines, self.shard_texts("", split, shard_id, num_shards))
         encoder = self.encoder(data_dir)
         words = (word_segmenters.WordContinuation(self.hparams.word_segmenter, encoder)
                  if self.hparams.word_segmenter else None)

@@ -55,7 +55,7 @@ from textrain.framework.settings import help_text
 from textrain.framework.lazy_tf import tf
 from textrain.framework.problem import DatasetSplit, ModeKeys
 from textrain.framework.registry import register_problem
-from textrain.framework.text_problems import WordpieceCorpusProblem, document_selector
+from textrain.framework.text_problems import WordpieceCorpusProblem
 
 # Probabilities and constants of the original builder (build_pretraining_dataset.py).
 SINGLE_SEGMENT_PROB = 0.1
@@ -516,6 +516,10 @@ class ElectraPretrain(WordpieceCorpusProblem):
         super().__init__(hparams)
         self.hparams.validate()
 
+    @property
+    def whole_file_documents(self) -> bool:
+        return not self.hparams.blanks_separate_docs
+
     def documents(self, paths: list[str]) -> Iterator[list[str]]:
         return read_text_documents(paths, self.hparams.blanks_separate_docs, self.hparams.on_bad_utf8)
 
@@ -560,9 +564,7 @@ class ElectraPretrain(WordpieceCorpusProblem):
         builder = ExampleBuilder(hp.max_seq_length, encoder.special_ids["[CLS]"], encoder.special_ids["[SEP]"],
                                  shard_rng(seed, split, shard_id), carry_overflow=hp.carry_overflow,
                                  as_segments=True)
-        keep = document_selector(split, shard_id, num_shards, hp.dev_fraction)
-        texts = document_texts(self.input_paths(), hp.blanks_separate_docs, hp.on_bad_utf8, keep,
-                               self.document_spans())
+        texts = self.shard_texts("", split, shard_id, num_shards)
         if not hp.do_whole_word_mask and not hp.carry_overflow and hasattr(encoder, "encode_lines_flat"):
             # The same examples from ids kept in arrays (build_batches_flat).
             yield from build_batches_flat(texts, encoder, builder)

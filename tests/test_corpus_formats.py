@@ -290,15 +290,15 @@ def test_compressed_parquet_is_refused(work, tmp_path):
 
 
 def test_beam_runner_same_shards(work, tmp_path, split_corpus):
-    """--runner=beam renders the units as a Beam stage and writes the shards local datagen wrote from the
-    plain text; nothing rendered is left."""
+    """--runner=beam reads the partitions as a Beam stage, shuffles them to the shards through the engine and
+    writes the shards local datagen wrote from the plain text; nothing is left."""
     pytest.importorskip("apache_beam")
     pattern, reference, units = split_corpus
     direct_2 = "--runner=DirectRunner --direct_num_workers=2 --direct_running_mode=multi_processing"
     out = str(tmp_path / "beam")
     proc = datagen(out, *BERT, f"--input_file={pattern}", f"--vocab_file={work['vocab']}",
                    "--sentence_splitter=none", "--runner=beam", f"--beam_pipeline_options={direct_2}")
-    assert f"{units} corpus units to render" in proc.stderr
+    assert f"{units} partitions" in proc.stderr
     assert shard_bytes(out) == reference
     assert leftovers(out) == []
 
@@ -307,9 +307,9 @@ def test_beam_runner_same_shards(work, tmp_path, split_corpus):
 # work split by file and row group: any number of workers, the same shards; nothing left
 # ----------------------------------------------------------------------------------------------- #
 def leftovers(data_dir: str) -> list[str]:
-    """Rendered corpus files and temporary files left in a data_dir."""
-    return sorted(p for p in glob.glob(os.path.join(data_dir, "**", "*"), recursive=True)
-                  if ".rendered" in p or p.endswith(".incomplete"))
+    """Rendered corpus files, spill files and temporary files left in a data_dir."""
+    return sorted(p for p in glob.glob(os.path.join(data_dir, "**", "*"), recursive=True, include_hidden=True)
+                  if ".rendered" in p or ".shuffle" in p or p.endswith(".incomplete"))
 
 
 @pytest.fixture(scope="module")
@@ -333,13 +333,13 @@ def split_corpus(work):
 
 @pytest.mark.parametrize("workers", [1, 2, 3])
 def test_units_of_files_and_row_groups_same_shards_any_workers(work, tmp_path, split_corpus, workers):
-    """Three files, split into units by file, row group and record batch, rendered by 1, 2 or 3 workers:
-    the shards of the same files as plain text, and nothing rendered left behind."""
+    """Three files, split into partitions by file, row group and record batch, read by 1, 2 or 3 workers:
+    the shards of the same files as plain text, and no spill file left behind."""
     pattern, reference, units = split_corpus
     out = str(tmp_path / "out")
     proc = datagen(out, *BERT, f"--input_file={pattern}", f"--vocab_file={work['vocab']}",
                    "--sentence_splitter=none", f"--num_workers={workers}")
-    assert f"rendered 3 corpus files ({units} units)" in proc.stderr
+    assert f"3 files -> {units} partitions" in proc.stderr
     assert shard_bytes(out) == reference
     assert leftovers(out) == []
 
