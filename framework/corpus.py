@@ -67,7 +67,7 @@ def expand_paths(pattern: str, options: corpus_formats.ReadOptions | None = None
             if not fileio.isdir(m):
                 paths.append(m)
             elif options is not None:
-                paths.extend(corpus_formats.dataset_dir_files(m) or [])
+                paths.extend(corpus_formats.directory_files(m))
     paths = sorted(dict.fromkeys(paths))
     return paths if options is None else corpus_formats.corpus_files(paths, options)
 

@@ -504,7 +504,12 @@ def _csv_python_batches(path: str, fields: tuple[str, ...], delimiter: str, skip
             lines: list[int] = []
             columns: list[list[Any]] = [[] for _ in fields]
             for row in reader:
-                if direct and len(row) >= width:
+                if len(row) > len(header):  # an unquoted delimiter in a cell: its fields would shift
+                    extra = _Missing(f"{len(row)} fields where the header has {len(header)} "
+                                     f"(a delimiter inside a value that is not quoted?)")
+                    for column in columns:
+                        column.append(extra)
+                elif direct and len(row) >= width:
                     for column, k in zip(columns, index):
                         column.append(row[k])
                 elif not row:
@@ -1141,6 +1146,30 @@ def rendered_identity(path: str) -> tuple[int, int] | None:
     except OSError:
         return None
     return sum(s.st_size for s in stats), hash(tuple((s.st_size, s.st_mtime_ns) for s in stats))
+
+
+def _corpus_name(name: str) -> bool:
+    """A file name a folder of corpus files may hold: a known format's extension, maybe compressed."""
+    base = name[:-len(_compression(name))] if _compression(name) else name
+    return not name.startswith(".") and any(base.endswith(e) for e in _EXTENSIONS)
+
+
+def directory_files(path: str) -> list[str]:
+    """The corpus files a directory stands for: a `datasets` save_to_disk directory's Arrow files in their
+    order, or else the files of a folder of corpus files named by their format (sorted); anything else is
+    the error saying what each of the two needs."""
+    found = dataset_dir_files(path)
+    if found is not None:
+        return found
+    names = sorted(n for n in fileio.listdir(path) if not fileio.isdir(os.path.join(path, n)))
+    files = [os.path.join(path, n) for n in names if _corpus_name(n)]
+    if files:
+        return files
+    shown = ", ".join(names[:5]) + (", ..." if len(names) > 5 else "") if names else "no files"
+    kinds = ", ".join(sorted({"*" + e for e in _EXTENSIONS}))
+    raise FormatError(f"{path}: a directory that is not a corpus: neither a `datasets` save_to_disk directory "
+                      f"(it needs state.json and the Arrow files it lists) nor a folder of corpus files (it "
+                      f"needs files named {kinds}, maybe .gz/.bz2/.zst); it holds {shown}")
 
 
 def dataset_dir_files(path: str) -> list[str] | None:
