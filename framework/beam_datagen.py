@@ -18,7 +18,7 @@ The pipeline is the local driver's three steps (framework/problem.py), not a sec
    rendered files) is a side input of the shard stage, so no shard starts before the corpus is rendered.
    The rendered files are removed by the last stage, and by the launcher when the pipeline ends or fails.
 3. `Create(jobs) | Reshuffle | ParDo(WriteShard)`: each worker rebuilds the problem from a
-   `ProblemSpec` and calls `run_shard_job` -- the same function `--num_workers` datagen calls -- so for
+   `ProblemRecipe` and calls `run_shard_job` -- the same function `--num_workers` datagen calls -- so for
    the same seed the shards are byte-identical whatever the runner and the number of workers. A shard
    is written as `<name>.incomplete` and renamed when whole (shards.write_shard); a retried or
    speculative duplicate bundle rewrites the same bytes under the same name, which is harmless.
@@ -53,7 +53,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.runner import PipelineState
 
 from textrain.framework import corpus_formats, shuffle
-from textrain.framework.generator import (GenerationPlan, ProblemSpec, Rendered, ShardJob, Shuffled, corpus_units,
+from textrain.framework.generator import (GenerationPlan, ProblemRecipe, Rendered, ShardJob, Shuffled, corpus_units,
                                            generation_lock, plan_generation, plan_shuffle, remove_rendered,
                                            rendered_dir, run_shard_job, write_manifests)
 from textrain.framework.problem import Problem
@@ -62,7 +62,7 @@ from textrain.framework.problem import Problem
 class _ProblemDoFn(beam.DoFn):
     """A DoFn holding the problem, rebuilt once per worker (DoFn.setup) from its spec."""
 
-    def __init__(self, spec: ProblemSpec, data_dir: str, tmp_dir: str):
+    def __init__(self, spec: ProblemRecipe, data_dir: str, tmp_dir: str):
         super().__init__()
         self.spec, self.data_dir, self.tmp_dir = spec, data_dir, tmp_dir
         self.problem: Problem | None = None
@@ -76,7 +76,7 @@ class _ProblemDoFn(beam.DoFn):
 class WriteShard(_ProblemDoFn):
     """One shard job -> one shard file written atomically; emits the shard's stats."""
 
-    def __init__(self, spec: ProblemSpec, data_dir: str, tmp_dir: str, seed: int, shuffled: bool):
+    def __init__(self, spec: ProblemRecipe, data_dir: str, tmp_dir: str, seed: int, shuffled: bool):
         super().__init__(spec, data_dir, tmp_dir)
         self.seed, self.shuffled = seed, shuffled
 
@@ -99,7 +99,7 @@ class WriteShard(_ProblemDoFn):
 class WriteManifests(_ProblemDoFn):
     """The last stage: runs once, after all shard writes (its input is the ToList of their stats)."""
 
-    def __init__(self, spec: ProblemSpec, data_dir: str, tmp_dir: str, plan: GenerationPlan, rendered: str):
+    def __init__(self, spec: ProblemRecipe, data_dir: str, tmp_dir: str, plan: GenerationPlan, rendered: str):
         super().__init__(spec, data_dir, tmp_dir)
         self.plan, self.rendered = plan, rendered
 
@@ -153,7 +153,7 @@ def build_pipeline(pipeline: beam.Pipeline, problem: Problem, data_dir: str, tmp
                    shuffled: Shuffled | None = None) -> None:
     """Add the render, shuffle, shard and manifest stages of `plan` to `pipeline` (`units`: the corpus
     units to render, into the directory `rendered`; `shuffled`: the document corpus's partitions)."""
-    spec = ProblemSpec.of(problem)
+    spec = ProblemRecipe.of(problem)
     jobs = (pipeline
             | "ShardJobs" >> beam.Create([((job.split, job.shard_id), job) for job in plan.jobs])
             | "Spread" >> beam.Reshuffle())

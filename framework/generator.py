@@ -111,7 +111,7 @@ class ShardJob:
 
 
 @dataclasses.dataclass(frozen=True)
-class ProblemSpec:
+class ProblemRecipe:
     """What another process needs to rebuild this process's problem: its class by import path and its
     hparams as pickled bytes (unpickled only after `sys_path` is in place, so problems from --usr_dir
     resolve). Used by the local worker pool and the Beam runner (framework/beam_datagen.py)."""
@@ -122,7 +122,7 @@ class ProblemSpec:
     hparams: bytes
 
     @classmethod
-    def of(cls, problem: GeneratingProblem) -> "ProblemSpec":
+    def of(cls, problem: GeneratingProblem) -> "ProblemRecipe":
         kind = type(problem)
         return cls(tuple(sys.path), kind.__module__, kind.__qualname__, pickle.dumps(problem.hparams))
 
@@ -191,7 +191,7 @@ def rendered_corpus(problem: GeneratingProblem, data_dir: str, tmp_dir: str, pla
 _WORKER: dict[str, Any] = {}
 
 
-def _init_worker(spec: ProblemSpec, data_dir: str, tmp_dir: str, seed: int) -> None:
+def _init_worker(spec: ProblemRecipe, data_dir: str, tmp_dir: str, seed: int) -> None:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     _WORKER.update(problem=spec.build(), data_dir=data_dir, tmp_dir=tmp_dir, seed=seed)
 
@@ -504,7 +504,7 @@ def _run_jobs(problem: GeneratingProblem, data_dir: str, tmp_dir: str, seed: int
         ctx.set_forkserver_preload(preload + [type(problem).__module__])
     else:
         ctx = multiprocessing.get_context("spawn")
-    init = (ProblemSpec.of(problem), data_dir, tmp_dir, seed)
+    init = (ProblemRecipe.of(problem), data_dir, tmp_dir, seed)
     workers = min(num_workers, max(len(jobs), len(units), len(spill_tasks)))
     with ctx.Pool(workers, initializer=_init_worker, initargs=init) as pool:
         # In order (imap): a file's first failing unit is the one reported.

@@ -458,7 +458,7 @@ def smallest_keys(keys: np.ndarray, taken: np.ndarray, need: np.ndarray) -> np.n
 # Stream -> records
 # =============================================================================================== #
 @dataclasses.dataclass(frozen=True)
-class RecordSettings:
+class XlnetRecordSettings:
     seq_len: int
     reuse_len: int
     bsz_per_host: int
@@ -469,12 +469,12 @@ class RecordSettings:
     num_predict: int
 
     @classmethod
-    def from_hparams(cls, hp: XlnetPretrainHParams) -> "RecordSettings":
+    def from_hparams(cls, hp: XlnetPretrainHParams) -> "XlnetRecordSettings":
         return cls(hp.seq_len, hp.reuse_len, hp.bsz_per_host, hp.num_core_per_host, hp.bi_data,
                    hp.mask_alpha, hp.mask_beta, hp.num_predict)
 
 
-def iter_record_batches(data: np.ndarray, sent_ids: np.ndarray, cfg: RecordSettings,
+def iter_record_batches(data: np.ndarray, sent_ids: np.ndarray, cfg: XlnetRecordSettings,
                         is_start_table: np.ndarray, rng: np.random.Generator
                         ) -> Iterator[dict[str, np.ndarray]]:
     """Yield chunks of records (dict of [num, ...] int64 arrays), whole host batches in order.
@@ -523,7 +523,7 @@ def iter_record_batches(data: np.ndarray, sent_ids: np.ndarray, cfg: RecordSetti
             return
 
 
-def iter_records(data: np.ndarray, sent_ids: np.ndarray, cfg: RecordSettings,
+def iter_records(data: np.ndarray, sent_ids: np.ndarray, cfg: XlnetRecordSettings,
                  is_start_table: np.ndarray, rng: np.random.Generator) -> Iterator[dict[str, np.ndarray]]:
     """One dict per record, in write order."""
     for chunk in iter_record_batches(data, sent_ids, cfg, is_start_table, rng):
@@ -828,7 +828,7 @@ class XlnetPretrain(Problem):
                        seed: int) -> Iterator[records.SampleBatch]:
         encoded = self.shard_stream_documents(data_dir, split, shard_id, num_shards)
         table = self.start_piece_table(data_dir)
-        cfg = RecordSettings.from_hparams(self.hparams)
+        cfg = XlnetRecordSettings.from_hparams(self.hparams)
         for pass_id in range(self.hparams.num_passes):
             rng = shard_np_rng(seed, f"{split}/pass-{pass_id}", shard_id)
             data, sent_ids = pass_stream(encoded, rng)
