@@ -201,9 +201,10 @@ def _worker_run(task: tuple[ShardJob, Rendered, shuffle.Spills | None]) -> dict:
     return run_shard_job(w["problem"], w["data_dir"], w["tmp_dir"], w["seed"], *task)
 
 
-def _worker_spill(task: tuple[shuffle.DocumentCorpus, shuffle.Partition, dict[str, int], str]
-                  ) -> tuple[int, list[tuple[str, str]]]:
-    return shuffle.write_spill(*task)
+def _worker_spill(task: tuple[shuffle.DocumentCorpus, shuffle.Partition, dict[str, int], str]) -> int | None:
+    """A partition job: read and spill the partition if this process claims it (None: another has it)."""
+    spec, part, shards_, directory = task
+    return shuffle.write_spill(spec, part, shards_, directory) if shuffle.claim(directory, part) else None
 
 
 def _split_status(problem: GeneratingProblem, data_dir: str, split: str, settings: dict, seed: int,
@@ -268,15 +269,23 @@ class Shuffled:
     partitions: list[shuffle.Partition]
     shards: dict[str, int]
     directory: str
+    task_id: int | None = None
+    num_tasks: int = 1
 
     def spills(self) -> shuffle.Spills:
         return shuffle.Spills(self.directory, len(self.partitions))
 
+    def own_order(self) -> list[shuffle.Partition]:
+        """The partitions in the order this task claims them: task k starts k/num_tasks of the way in, so
+        tasks that run together mostly read different partitions (claims decide; any order is correct)."""
+        start = (self.task_id or 0) * len(self.partitions) // self.num_tasks
+        return self.partitions[start:] + self.partitions[:start]
 
-def shuffle_dir(problem: GeneratingProblem, data_dir: str, task_id: int | None = None, num_tasks: int = 1) -> str:
-    """Where a run spills its shuffled corpus: one directory per lock."""
-    name = ".shuffle" if task_id is None else f".shuffle-task{task_id}-of-{num_tasks}"
-    return os.path.join(problem.problem_dir(data_dir), name)
+
+def shuffle_dir(problem: GeneratingProblem, data_dir: str) -> str:
+    """Where a run spills its shuffled corpus: one directory, shared by the --num_tasks tasks (each
+    partition is claimed and read by one of them)."""
+    return os.path.join(problem.problem_dir(data_dir), ".shuffle")
 
 
 def plan_shuffle(problem: GeneratingProblem, data_dir: str, tmp_dir: str, plan: "GenerationPlan",
@@ -284,10 +293,11 @@ def plan_shuffle(problem: GeneratingProblem, data_dir: str, tmp_dir: str, plan: 
                  ) -> Shuffled | None:
     """The partitions of the problem's document corpus (none when it has none or no shard is to be made),
     and with `spill` (not on Beam, whose engine shuffles) the spill directory made ready for them."""
-    directory = shuffle_dir(problem, data_dir, task_id, num_tasks)
+    directory = shuffle_dir(problem, data_dir)
     spec = problem.document_corpus(tmp_dir) if plan.jobs else None
     if spec is None:
-        shuffle.remove_directory(directory)  # a dead run's, for a plan that has nothing left to do
+        if task_id is None:
+            shuffle.remove_directory(directory)  # a dead run's, for a plan that has nothing left to do
         return None
     start = time.time()
     parts = shuffle.plan_partitions(spec, max(1, int(partition_mb * (1 << 20))))
@@ -296,20 +306,35 @@ def plan_shuffle(problem: GeneratingProblem, data_dir: str, tmp_dir: str, plan: 
         shuffle.prepare_directory(directory, shuffle.plan_identity(spec, parts, shards))
     logging.info("datagen %s: partition: %d files -> %d partitions of <= %g MB in %.1fs", problem.name,
                  len(spec.paths), len(parts), partition_mb, time.time() - start)
-    return Shuffled(spec, parts, shards, directory)
+    return Shuffled(spec, parts, shards, directory, task_id, num_tasks)
 
 
 @contextlib.contextmanager
 def shuffled_corpus(problem: GeneratingProblem, data_dir: str, tmp_dir: str, plan: "GenerationPlan",
                     partition_mb: float, task_id: int | None = None, num_tasks: int = 1) -> Iterator[Shuffled | None]:
     """`plan_shuffle`; the spill files are removed when the block ends, normally or by an error (a killed
-    run's are kept, and a re-run with the same plan keeps its finished partitions)."""
+    run's are kept, and a re-run with the same plan keeps its finished partitions). With --num_tasks
+    they are shared: removed by the task after which every shard of the pending splits exists."""
     shuffled = plan_shuffle(problem, data_dir, tmp_dir, plan, partition_mb, task_id, num_tasks)
     try:
         yield shuffled
-    finally:
-        if shuffled is not None:
+    except BaseException:
+        if shuffled is not None and task_id is None:
             shuffle.remove_directory(shuffled.directory)
+        raise
+    if shuffled is not None and (task_id is None or _all_shards_exist(problem, data_dir, plan)):
+        shuffle.remove_directory(shuffled.directory)
+
+
+def _all_shards_exist(problem: GeneratingProblem, data_dir: str, plan: "GenerationPlan") -> bool:
+    out_dir = problem.problem_dir(data_dir)
+    for split, n in plan.splits:
+        if split in plan.pending:
+            h = manifests.settings_hash(dict(plan.settings, num_shards=n, seed=plan.seed))
+            if any(shards.completed_shard_stats(os.path.join(out_dir, shards.shard_filename(problem.name, split, i, n)),
+                                                h) is None for i in range(n)):
+                return False
+    return True
 
 
 @contextlib.contextmanager
@@ -454,14 +479,29 @@ class _Progress:
             self.last = now
 
 
-def _spilled(progress: _Progress, tasks: list, results: Iterator[tuple[int, list]]) -> None:
-    """Follow the partition jobs (in order: a file's first failing partition is the error), then check
-    each structured file's bad records against its --skip_bad_records."""
-    bad = []
-    for i, (task, (count, places)) in enumerate(zip(tasks, results), 1):
-        progress.add(i, count)
-        bad.append((task[1].path, places))
-    corpus_formats.check_bad_records(bad)
+def _spilled(problem: GeneratingProblem, shuffled: Shuffled, tasks: list, results: Iterator[int | None],
+             progress_every: float) -> None:
+    """Follow this process's partition jobs (in order: a file's first failing partition is the error),
+    read any partition whose claimer died, wait for those other tasks read, then check each structured
+    file's bad records (kept in the spill files) against its --skip_bad_records."""
+    progress = _Progress(problem, "shuffle (partitions read)", len(tasks), "documents", progress_every)
+    for i, count in enumerate(results, 1):
+        progress.add(i, count or 0)
+    missing = list(shuffled.partitions)
+    last = 0.0
+    while True:
+        missing = [p for p in missing if not fileio.exists(shuffle.spill_path(shuffled.directory, p))]
+        if not missing:
+            break
+        for part in missing:
+            if shuffle.claim(shuffled.directory, part):
+                shuffle.write_spill(shuffled.corpus, part, shuffled.shards, shuffled.directory)
+        if time.time() - last >= progress_every:
+            logging.info("datagen %s: shuffle: waiting for %d partitions that other tasks read", problem.name,
+                         len(missing))
+            last = time.time()
+        time.sleep(0.5)
+    corpus_formats.check_bad_records(shuffle.bad_records(shuffled.directory, shuffled.partitions))
 
 
 def _run_jobs(problem: GeneratingProblem, data_dir: str, tmp_dir: str, seed: int, jobs: list[ShardJob],
@@ -471,10 +511,9 @@ def _run_jobs(problem: GeneratingProblem, data_dir: str, tmp_dir: str, seed: int
     spread over the same worker processes."""
     if not jobs:
         return
-    spill_tasks = ([(shuffled.corpus, p, shuffled.shards, shuffled.directory) for p in shuffled.partitions]
+    spill_tasks = ([(shuffled.corpus, p, shuffled.shards, shuffled.directory) for p in shuffled.own_order()]
                    if shuffled is not None else [])
     spills = shuffled.spills() if shuffled is not None else None
-    shuffling = _Progress(problem, "shuffle (partitions read)", len(spill_tasks), "documents", progress_every)
     start = last = time.time()
     examples = 0
 
@@ -491,7 +530,8 @@ def _run_jobs(problem: GeneratingProblem, data_dir: str, tmp_dir: str, seed: int
 
     if num_workers <= 1 or (len(jobs) == 1 and len(units) <= 1 and len(spill_tasks) <= 1):
         rendered = _rendering_done(problem, units, [corpus_formats.render_unit(u) for u in units], start)
-        _spilled(shuffling, spill_tasks, map(_worker_spill, spill_tasks))
+        if shuffled is not None:
+            _spilled(problem, shuffled, spill_tasks, map(_worker_spill, spill_tasks), progress_every)
         start = last = time.time()
         for i, job in enumerate(jobs, 1):
             report(i, run_shard_job(problem, data_dir, tmp_dir, seed, job, rendered, spills))
@@ -509,7 +549,8 @@ def _run_jobs(problem: GeneratingProblem, data_dir: str, tmp_dir: str, seed: int
     with ctx.Pool(workers, initializer=_init_worker, initargs=init) as pool:
         # In order (imap): a file's first failing unit is the one reported.
         rendered = _rendering_done(problem, units, list(pool.imap(corpus_formats.render_unit, units)), start)
-        _spilled(shuffling, spill_tasks, pool.imap(_worker_spill, spill_tasks))
+        if shuffled is not None:
+            _spilled(problem, shuffled, spill_tasks, pool.imap(_worker_spill, spill_tasks), progress_every)
         start = last = time.time()
         tasks = [(job, rendered, spills) for job in jobs]
         for i, stats in enumerate(pool.imap_unordered(_worker_run, tasks), 1):

@@ -177,14 +177,11 @@ def _group(split: str, shard: int) -> str:
     return f"{split}/{shard}"
 
 
-def write_spill(corpus_spec: DocumentCorpus, part: Partition, shards: dict[str, int], directory: str
-                ) -> tuple[int, list[tuple[str, str]]]:
-    """Read one partition, write its documents grouped by (split, shard) to its spill file (atomically);
-    returns the partition's document count and bad records. A spill file that exists already is kept (a
-    resumed run; its bad records were checked by the run that wrote it, with the same settings)."""
+def write_spill(corpus_spec: DocumentCorpus, part: Partition, shards: dict[str, int], directory: str) -> int:
+    """Read one partition and write its documents grouped by (split, shard) to its spill file (atomically),
+    with the partition's bad records (checked per file once every spill exists: `bad_records`); returns
+    the partition's document count."""
     path = spill_path(directory, part)
-    if fileio.exists(path):
-        return 0, []
     groups: dict[str, list[bytes]] = {}
     count = 0
     bad: list[tuple[str, str]] = []
@@ -203,25 +200,66 @@ def write_spill(corpus_spec: DocumentCorpus, part: Partition, shards: dict[str, 
                 f.write(body)
                 index[name] = [offset, len(body)]
                 offset += len(body)
-            footer = json.dumps(index, sort_keys=True).encode()
+            footer = json.dumps({"groups": index, "bad": bad}, sort_keys=True).encode()
             f.write(footer + _FOOTER.pack(len(footer)))
         fileio.rename(tmp, path, overwrite=True)
     except BaseException:
         fileio.remove_if_exists(tmp)
         raise
-    return count, bad
+    return count
 
 
-def read_group(path: str, split: str, shard: int) -> Iterator[str]:
-    """The texts of one (split, shard) group of a spill file: its index, then only that slice."""
+def _claim_path(directory: str, part: Partition) -> str:
+    return os.path.join(directory, f"part-{part.index:05d}.claim")
+
+
+def claim(directory: str, part: Partition) -> bool:
+    """Take the partition for this process (tasks sharing a data_dir read each partition once): True when
+    it is ours to read, False when its spill exists or a live process holds it. A claim of a process of
+    this machine that died is taken over; one of another machine is trusted (that task is running)."""
+    if fileio.exists(spill_path(directory, part)):
+        return False
+    path = _claim_path(directory, part)
+    mine = json.dumps({"host": locks.HOST, "pid": os.getpid()})
+    if locks.create_file(path, mine):
+        return True
+    holder = _read_json(path)
+    if holder.get("host") == locks.HOST and holder.get("pid") == os.getpid():
+        return True
+    if holder.get("host") != locks.HOST or locks.process_running(int(holder.get("pid") or 0)):
+        return False
+    fileio.remove_if_exists(path)  # its holder died: take it over (of two takers at once, one creates it)
+    return locks.create_file(path, mine) and not fileio.exists(spill_path(directory, part))
+
+
+def _read_json(path: str) -> dict:
+    try:
+        return fileio.read_json(path) or {}
+    except (ValueError, *fileio.not_found_errors(), *fileio.file_errors()):
+        return {}
+
+
+def _footer(path: str) -> tuple[dict, int]:
     with fileio.open_file(path, "rb") as f:
         size = fileio.stat(path).length
         f.seek(size - _FOOTER.size)
         (n,) = _FOOTER.unpack(f.read(_FOOTER.size))
         f.seek(size - _FOOTER.size - n)
-        where = json.loads(f.read(n)).get(_group(split, shard))
-        if where is None:
-            return
+        return json.loads(f.read(n)), size
+
+
+def bad_records(directory: str, parts: list[Partition]) -> list[tuple[str, list[tuple[str, str]]]]:
+    """(file, bad records) of every partition, from the spill files' footers."""
+    return [(part.path, [tuple(b) for b in _footer(spill_path(directory, part))[0]["bad"]]) for part in parts]
+
+
+def read_group(path: str, split: str, shard: int) -> Iterator[str]:
+    """The texts of one (split, shard) group of a spill file: its index, then only that slice."""
+    footer, _ = _footer(path)
+    where = footer["groups"].get(_group(split, shard))
+    if where is None:
+        return
+    with fileio.open_file(path, "rb") as f:
         f.seek(where[0])
         body = f.read(where[1])
     pos = 0
@@ -309,17 +347,28 @@ def plan_identity(corpus_spec: DocumentCorpus, parts: list[Partition], shards: d
 
 
 def prepare_directory(directory: str, identity: dict) -> None:
-    """Keep a dead run's spills only when made for the same plan; otherwise start the directory afresh."""
+    """Keep the spill directory when it was made for the same plan (a dead run's, or one another task is
+    filling); otherwise start it afresh. A new one appears whole, plan.json inside (made aside, then
+    renamed), so a task never sees a spill directory without its plan."""
     marker = os.path.join(directory, "plan.json")
-    if fileio.exists(directory):
-        same = fileio.exists(marker) and fileio.read_json(marker) == json.loads(json.dumps(identity))
-        if same:
+    expected = json.loads(json.dumps(identity))
+    for _ in range(2):
+        if fileio.exists(marker) and _read_json(marker) == expected:
             logging.info("resuming the corpus shuffle in %s", directory)
             locks.remove_stale_incomplete(directory)
             return
-        fileio.rmtree(directory)
-    fileio.makedirs(directory)
-    fileio.write_json_atomic(marker, identity)
+        if fileio.exists(directory):
+            fileio.rmtree(directory)
+        fresh = f"{directory}-{locks.HOST}-{os.getpid()}.new"
+        fileio.makedirs(fresh)
+        fileio.write_json_atomic(os.path.join(fresh, "plan.json"), identity)
+        try:
+            fileio.rename(fresh, directory)
+            return
+        except (OSError, *fileio.file_errors()):  # another task made it first: use theirs
+            fileio.rmtree(fresh)
+    raise RuntimeError(f"{directory}: tasks keep replacing the corpus shuffle's directory: do they run "
+                       f"with the same settings?")
 
 
 def remove_directory(directory: str) -> None:
