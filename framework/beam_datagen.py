@@ -8,22 +8,21 @@ Flink, Spark and Dataflow are chosen by the pipeline options alone (docs/BEAM.md
 for each). This module imports apache_beam at the top: framework/datagen.py imports it only for
 --runner=beam, so the core package does not need the `[beam]` extra.
 
-The pipeline is the local driver's three steps (framework/problem.py), not a second implementation:
+The pipeline is the local driver's steps (framework/generator.py), not a second implementation:
 1. `plan_generation` runs in the launching process: vocabulary building (`problem.prepare`, once,
-   before any shard) and the list of shard jobs still to do (complete shards are kept on re-runs).
-2. `Create(units) | Reshuffle | Map(render) | ToList | Map(check)`: the structured and compressed corpus
-   files are rendered to plain text once, a unit (a file, or a range of Parquet row groups / Arrow record
-   batches) per element, spread over the workers as the local runner spreads them (framework/generator.py);
-   the check (--skip_bad_records per file) runs after every unit, and its output (which file reads which
-   rendered files) is a side input of the shard stage, so no shard starts before the corpus is rendered.
-   The rendered files are removed by the last stage, and by the launcher when the pipeline ends or fails.
-3. `Create(jobs) | Reshuffle | ParDo(WriteShard)`: each worker rebuilds the problem from a
-   `ProblemRecipe` and calls `run_shard_job` -- the same function `--num_workers` datagen calls -- so for
-   the same seed the shards are byte-identical whatever the runner and the number of workers. A shard
-   is written as `<name>.incomplete` and renamed when whole (shards.write_shard); a retried or
-   speculative duplicate bundle rewrites the same bytes under the same name, which is harmless.
-   Reshuffle stops the runner from fusing the jobs into the single bundle `Create` makes, so they
-   spread over the workers.
+   before any shard), the list of shard jobs still to do (complete shards are kept on re-runs), and the
+   partitions of a problem's document corpus (framework/shuffle.py).
+2. `Create(units) | Reshuffle | Map(render) | ToList | Map(check)`: for problems without a document
+   corpus, their structured and compressed files are rendered to plain text once, a unit per element; the
+   result (which file reads which rendered files) is a side input of the shard stage. The rendered files
+   are removed by the last stage, and by the launcher when the pipeline ends or fails.
+3. `Create(partitions) | Reshuffle | FlatMap(read)`: each partition read once, each document keyed by the
+   (split, shard) its text hashes to, with its corpus position; `{jobs, documents} | CoGroupByKey`: the
+   engine's shuffle brings each shard job its documents, sorted back into corpus order, and `WriteShard`
+   rebuilds the problem from a `ProblemRecipe` and calls `run_shard_job` -- the function `--num_workers`
+   datagen calls -- so for the same seed the shards are byte-identical whatever the runner and the number
+   of workers. A shard is written as `<name>.incomplete` and renamed when whole (shards.write_shard); a
+   retried or speculative duplicate bundle rewrites the same bytes under the same name.
 4. `ToList | ParDo(WriteManifests)`: a global combine emits only after EVERY shard write of the
    pipeline has finished, so the manifests are written by the pipeline's last stage, on a worker.
    Why there and not by the launcher after `wait_until_finish()`: on distributed runners the
@@ -33,10 +32,10 @@ The pipeline is the local driver's three steps (framework/problem.py), not a sec
    sidecar from the file system and writes a manifest only when all of them exist. A pipeline killed
    part way therefore leaves no manifest, and re-running finishes the missing shards only.
 
-Memory per worker: one shard job at a time per worker thread, and each job streams the corpus,
-keeping only its own documents (problems' `generate_shard`; bert_pretrain keeps the shard's token ids,
-~4 bytes x corpus tokens / num_shards), and writes through the bounded-memory shuffler of
-shards.write_shard. Worker memory is thus set by --num_shards, not by the corpus size: raise
+Memory per worker: one shard job at a time per worker thread, holding its own documents (the engine's
+group: ~corpus bytes / num_shards; bert_pretrain also the shard's token ids, ~4 bytes x corpus tokens /
+num_shards), written through the bounded-memory shuffler of shards.write_shard; a partition job holds
+one partition's documents. Worker memory is thus set by --num_shards, not by the corpus size: raise
 --num_shards with the corpus (docs/BEAM.md gives the rule).
 """
 from __future__ import annotations

@@ -9,16 +9,17 @@ Decisions:
 - Other formats (JSON Lines, Parquet, Arrow, CSV/TSV, MediaWiki XML): `expand_paths(pattern, options)`
   gives `corpus_formats.CorpusFile`s, opened here as the text they stand for; documents of records are
   counted without being cut into sentences unless kept (see corpus_formats). In a datagen shard job a file
-  that the run rendered to plain text already is read from its rendered units (`CorpusFile.rendered`).
+  that the run rendered to plain text already is read from its rendered units (`CorpusFile.rendered`):
+  the problems without a document corpus (framework/shuffle.py reads the others once, in partitions).
 - Bytes that are not UTF-8 are an error naming the file and line by default. `on_bad_utf8="replace"`
   substitutes U+FFFD, `"skip"` drops the line; both count what they did and log it once per file.
 - A document never continues into the next file, and empty documents are never yielded.
-- Speed (issue #12): files are read in blocks of `BLOCK_BYTES` cut at line ends. `iter_document_texts`
+- Speed: files are read in blocks of `BLOCK_BYTES` cut at line ends. `iter_document_texts`
   finds documents in the raw bytes (blank lines = lines of UTF-8 whitespace only, exactly str.isspace) and,
   with `keep`, decodes and copies out only the documents asked for; `document_lines` splits one into lines.
-  A datagen shard that scans the whole corpus for its round-robin documents thus pays a C-speed byte scan
-  for the others (tf.io.gfile's per-line `readline` costs ~7 us a line: most of electra_pretrain's time
-  when its 8 shards each read the corpus). Bytes that are not UTF-8 fall back to the per-line decoding of
+  A reader that keeps some documents thus pays a C-speed byte scan for the others (tf.io.gfile's per-line
+  `readline` costs ~7 us a line). `byte_range` reads one range of a plain file (a datagen partition:
+  framework/shuffle.py). Bytes that are not UTF-8 fall back to the per-line decoding of
   `iter_lines` (same messages, line numbers, replace/skip); with `keep` they are reported by the reader
   that keeps their document (a shard fails on its own documents only). "skip", which can empty a document
   and so shift the indices after it, decodes every block first. As tf.io.gfile's readline does, carriage

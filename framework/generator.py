@@ -8,13 +8,18 @@ Decisions:
 - The unit of parallel work is one output shard. A shard's content depends only on
   (problem settings, seed, split, shard id), never on which worker made it, so the same seed and input
   give byte-identical shards for any number of workers or machines (`task_id`/`num_tasks`).
-- Structured and compressed corpus files (those a problem's `corpus_inputs(tmp_dir)` lists that
-  corpus_formats.needs_rendering) are first rendered to plain text, once per run, by the same workers:
+- A problem's document corpus (`document_corpus(tmp_dir)`) is read once, before the shard jobs, by the
+  same workers: a partition job per partition writes a spill file grouped by (split, shard), and each
+  shard job reads its slices (framework/shuffle.py has the partitions, the hash assignment and the spill
+  format). Progress is one line per stage: partition, shuffle, shards. The spill directory
+  `<problem dir>/.shuffle/` is shared by --num_tasks tasks (partitions are claimed) and removed at the end.
+- For problems without a document corpus, the structured and compressed files their
+  `corpus_inputs(tmp_dir)` lists (corpus_formats.needs_rendering) are first rendered to plain text, once
+  per run, by the same workers:
   a unit of that work is a file, or a range of a Parquet file's row groups / an Arrow file's record
-  batches (corpus_formats.plan_units). Why: every shard reads the whole corpus to pick its documents, so
-  each shard used to parse every record of every file (n shards: n parses, and no split by row group);
-  now records are parsed once, spread over the workers by unit, and every shard reads plain text (the
-  fast byte scan and DocumentSpans of framework/corpus.py). A unit's text ends at a record's end, so a
+  batches (corpus_formats.plan_units). Why: their shard jobs read the whole input, so each would parse
+  every record of every file; records are parsed once, spread over the workers by unit, and every shard
+  reads plain text. A unit's text ends at a record's end, so a
   file's units read one after another (CorpusFile.rendered) are exactly the text its records stand
   for: the shards are byte-identical to those of the same corpus as plain text, for any number of
   workers. The units' files live in `<problem dir>/.rendered/` and are removed when the run ends,

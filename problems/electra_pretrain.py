@@ -27,17 +27,18 @@ Semantics kept from the original `ExampleBuilder` (facts, re-implemented):
 
 Decisions that differ from the original, on purpose:
 - Determinism and parallelism: the original shuffles its file list with an unseeded `random` and parallelises per
-  input file only. Here documents go round-robin to the split's shards (document i -> shard i % num_shards); each
-  shard runs its own builder seeded by `framework.generator.shard_rng(seed, split, shard)`. The same seed and corpus
-  give byte-identical shards whatever the number of workers.
-- Splits: with `dev_fraction` f > 0, exactly floor(N f) documents, spread evenly, form the dev split (bert_pretrain's
+  input file only. Here the corpus is read once and each document goes to the shard a hash of its text names
+  (framework/shuffle.py), in corpus order within the shard; each shard runs its own builder seeded by
+  `framework.generator.shard_rng(seed, split, shard)`. The same seed and corpus give byte-identical shards whatever
+  the number of workers, tasks or runner.
+- Splits: with `dev_fraction` f > 0, each document joins the dev split with probability f by that hash (bert_pretrain's
   rule); the original has no held-out split, and f = 0 (the default) makes none.
 - `strip_accents=False` with lower-casing needs an encoder option framework.encoders does not offer (it always
   strips when lower-casing, as BERT does); that combination is refused up front rather than silently ignored.
 - The manifest records the vocab's real size, its sha256, and the ids of [PAD] [CLS] [SEP] [MASK]: the model masks
   in the graph and reads them from there (a vocab built here has them at 0-4, Google's at 0/101/102/103).
-- Speed: one corpus scan per process (corpus.DocumentSpans), ids kept in arrays on the default path; the
-  measurements and both paths are described in docs/HISTORY.md (issue #12).
+- Speed: the corpus is read once per datagen run (framework/shuffle.py), ids kept in arrays on the default
+  path; the measurements and both paths are described in docs/HISTORY.md.
 """
 from __future__ import annotations
 

@@ -45,7 +45,7 @@ Decisions (where we differ from the original, on purpose):
 - The sampling is vectorised with numpy over many records at once (same distributions as the
   original's per-record Python loops, not the same random draws: the original is not seeded).
 - Speed: text is encoded in ~1 MB chunks by one SentencePiece call and a worker reads the corpus once for
-  all its shards; memory is one shard's ids plus 4096 records (docs/HISTORY.md, issue #12).
+  all its shards; memory is one shard's ids plus 4096 records (docs/HISTORY.md).
 - perm_size = 0 means reuse_len (the original's README uses perm_size = reuse_len).
 - `after_split` also writes the original's `corpus_info.json` and one combined
   `record_info-{split}-0-0.bsz-...json` listing every shard; the original reader takes only the first
