@@ -1135,19 +1135,6 @@ class _Parts(io.RawIOBase):
         super().close()
 
 
-def rendered_identity(path: str) -> tuple[int, int] | None:
-    """(bytes, a fingerprint of the files' sizes and times) of a rendered file's units when they are local,
-    for corpus.DocumentSpans; None otherwise."""
-    parts = getattr(path, "rendered", ())
-    if not parts or not all(fileio.is_local(p) for p in parts):
-        return None
-    try:
-        stats = [os.stat(p) for p in parts]
-    except OSError:
-        return None
-    return sum(s.st_size for s in stats), hash(tuple((s.st_size, s.st_mtime_ns) for s in stats))
-
-
 def _corpus_name(name: str) -> bool:
     """A file name a folder of corpus files may hold: a known format's extension, maybe compressed."""
     base = name[:-len(_compression(name))] if _compression(name) else name

@@ -432,13 +432,11 @@ def read_text_documents(paths: Sequence[str], blanks_separate_docs: bool, on_bad
 
 
 def document_texts(paths: Sequence[str], blanks_separate_docs: bool, on_bad_utf8: str = "error",
-                   keep: Callable[[int], bool] | None = None,
-                   spans: corpus.DocumentSpans | None = None) -> Iterator[str]:
+                   keep: Callable[[int], bool] | None = None) -> Iterator[str]:
     """The documents of `read_text_documents` as raw texts, only those whose index has keep(index) (all
-    without `keep`): a shard copies out and splits into lines only its own. `spans`: see
-    corpus.iter_document_texts (the shards of one process scan the corpus once)."""
+    without `keep`): the others are never copied out nor split into lines."""
     if blanks_separate_docs:
-        yield from corpus.iter_document_texts(list(paths), on_bad_utf8, keep, spans=spans)
+        yield from corpus.iter_document_texts(list(paths), on_bad_utf8, keep)
         return
     index = -1
     for path in paths:

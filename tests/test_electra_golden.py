@@ -200,48 +200,34 @@ def test_block_reader_matches_the_line_reader(tmp_path, monkeypatch):
                     assert [x for d in whole for x in d] == [x for d in expected for x in d]
 
 
-def test_document_spans_give_the_scan_s_documents(tmp_path, monkeypatch):
-    """A DocumentSpans kept between calls (what a process running several shards does): the first call scans
-    and records, later calls read the kept documents by offset; the texts and errors are the scan's, for
-    every keep, policy and block size; a rewritten file is scanned again, a file with CRs is never recorded."""
+def test_partitions_give_the_scan_s_documents(tmp_path, monkeypatch):
+    """A file cut into byte ranges at blank lines (datagen's partitions, any size) read range by range gives
+    the documents of one scan of the whole file, in order, and the same error (line numbers of the file)."""
     import logging
     import random
 
+    from textrain.framework import shuffle
+
     monkeypatch.setattr(logging.getLogger("absl"), "level", logging.ERROR)
     rng = random.Random(1)
-    alphabet = ["a", "b", " ", "\t", "\n", "\n", "\n", "\x0c", "\u3000", "\u00e9", "\xa0", "\x85", "\u2028"]
-    keeps = [None, lambda i: i % 3 == 1, lambda i: i % 2 == 0]
-    for trial in range(80):
-        files = []
-        for j in range(1 + trial % 2):
-            data = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 160))).encode()
-            if trial % 4 == 0:
-                data = data.replace(b"b", b"\xff", 2)
-            if trial % 7 == 0:
-                data = data.replace(b"a", b"\r", 1)
-            path = tmp_path / f"{trial}_{j}.txt"
-            path.write_bytes(data)
-            files.append(str(path))
-        for block in (3, 64, 1 << 22):
-            monkeypatch.setattr(corpus, "BLOCK_BYTES", block)
-            for policy in ("error", "replace"):
-                spans = corpus.DocumentSpans()
-                for keep in keeps * 2:
-                    expected = _outcome(lambda: list(corpus.iter_document_texts(files, policy, keep)))
-                    got = _outcome(lambda: list(corpus.iter_document_texts(files, policy, keep, spans=spans)))
-                    assert got == expected, (files, block, policy)
-                recorded = [f for f in files if spans.lookup(f) is not None]
-                no_cr = [f for f in files if b"\r" not in open(f, "rb").read()]
-                if policy == "replace":
-                    assert recorded == no_cr
-    # A file rewritten after it was recorded (other size) is scanned again.
-    path = tmp_path / "changing.txt"
-    path.write_bytes(b"one\n\ntwo\n")
-    spans = corpus.DocumentSpans()
-    assert list(corpus.iter_document_texts([str(path)], spans=spans)) == ["\none\n", "two\n"]
-    assert spans.lookup(str(path)) is not None
-    path.write_bytes(b"three\n\nfour\n\nfive")
-    assert list(corpus.iter_document_texts([str(path)], spans=spans)) == ["\nthree\n", "four\n", "five"]
+    alphabet = ["a", "b", " ", "\t", "\n", "\n", "\n", "\x0c", "\u3000", "\u00e9", "\xa0", "\x85", "\u2028", "\r"]
+    for trial in range(60):
+        data = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 300))).encode()
+        if trial % 4 == 0:
+            data = data.replace(b"b", b"\xff", 2)
+        path = tmp_path / f"{trial}.txt"
+        path.write_bytes(data)
+        for policy in ("error", "replace", "skip"):
+            expected = _outcome(lambda: [corpus.document_lines(t)
+                                         for t in corpus.iter_document_texts([str(path)], policy)])
+            spec = shuffle.DocumentCorpus((str(path),), policy)
+            for size in (1, 5, 17, 64, 1 << 20):
+                monkeypatch.setattr(shuffle, "_PROBE_BYTES", 3 if size < 17 else 1 << 16)
+                parts = shuffle.plan_partitions(spec, size)
+                assert [p.start for p in parts[1:]] == [p.end for p in parts[:-1]]
+                got = _outcome(lambda: [corpus.document_lines(t)
+                                        for p in parts for t in shuffle.partition_texts(spec, p)])
+                assert got == expected, (data, policy, size)
 
 
 def test_sample_batch_serializes_like_sample_dicts():
