@@ -344,6 +344,22 @@ def test_units_of_files_and_row_groups_same_shards_any_workers(work, tmp_path, s
     assert leftovers(out) == []
 
 
+def test_tasks_one_after_another_read_each_partition_once(work, tmp_path, split_corpus):
+    """--num_tasks=2 run one after the other: the first task reads every partition, the second reads none
+    (it finds the spill files) and writes the manifests; the shards are one run's, and no spill is left."""
+    pattern, reference, units = split_corpus
+    out = str(tmp_path / "tasks")
+    common = [*BERT, f"--input_file={pattern}", f"--vocab_file={work['vocab']}", "--sentence_splitter=none",
+              "--num_tasks=2"]
+    first = datagen(out, *common, "--task_id=0")
+    assert f"shuffle (partitions read): {units}/{units}, {len(work['docs'])} documents" in first.stderr
+    assert leftovers(out) != []  # the spill files wait for task 1
+    second = datagen(out, *common, "--task_id=1")
+    assert f"shuffle (partitions read): {units}/{units}, 0 documents" in second.stderr
+    assert shard_bytes(out) == reference
+    assert leftovers(out) == [] and glob.glob(os.path.join(out, "*", "*.manifest.json"))
+
+
 def test_failure_mid_way_leaves_nothing(work, tmp_path):
     """A file whose last row group is corrupt, after good units rendered by 2 workers: one line naming it, and
     no rendered file, temporary file or shard left in a data_dir that existed before."""
