@@ -1,4 +1,4 @@
-"""Corpora in every format (framework/corpus_formats.py, issue 23): files written by the real libraries
+"""Corpora in every format (framework/corpus_formats/): files written by the real libraries
 (pyarrow, datasets, zstandard, a MediaWiki export made here) give the shards of the same text as plain
 text, byte for byte, through the real `textrain-datagen`; bad input is one line naming the file and place."""
 from __future__ import annotations
@@ -498,7 +498,7 @@ def test_csv_pyarrow_and_csv_module_give_the_same_records(tmp_path):
     for name in [*cases, "not_utf8.csv", "z.csv.gz"]:
         delimiter = "\t" if name.endswith(".tsv") else ","
         path = str(tmp_path / name)
-        both = records(corpus_formats._csv_batches(path, ("text", "id"), None, delimiter))
-        alone = records(corpus_formats._csv_python_batches(path, ("text", "id"), delimiter))
+        both = records(corpus_formats.delimited._csv_batches(path, ("text", "id"), None, delimiter))
+        alone = records(corpus_formats.delimited._csv_python_batches(path, ("text", "id"), delimiter))
         assert both == alone, name
         assert alone and (name != "short_row.csv" or ("bad", "line 3", "no field 'text'") in alone[1])
