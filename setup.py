@@ -51,7 +51,7 @@ setup(
         "beam": ["apache-beam>=2.77,<3"],
         # --word_segmenter=jieba (Chinese whole-word masking; pure Python).
         "zh": ["jieba>=0.42"],
-        # Corpora where users keep them (framework/corpus_formats.py): Parquet/Arrow/`datasets` dirs (pyarrow),
+        # Corpora where users keep them (framework/corpus_formats/): Parquet/Arrow/`datasets` dirs (pyarrow),
         # .zst (zstandard), MediaWiki dumps (mwparserfromhell strips the markup), and the default sentence
         # splitter for records that hold documents (blingfire: best boundary F1 of the candidates measured by
         # benchmarks/bench_splitters.py, English and Chinese, at ~15 MB/s per core); orjson parses JSON Lines

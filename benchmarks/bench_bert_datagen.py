@@ -128,7 +128,6 @@ def build_vocab(corpus_path: str, work: str) -> str:
 def breakdown(args, corpus_path: str, vocab_file: str, num_shards: int) -> None:
     """CPU seconds of each stage of ours over all shards, in this process."""
     from textrain.framework import corpus, generator, records
-    from textrain.framework.text_problems import document_selector
     from textrain.problems import bert_pretrain as bp
     hp = bp.BertPretrainHParams(input_file=corpus_path, vocab_file=vocab_file, dupe_factor=args.dupe_factor,
                                 max_seq_length=args.max_seq_length, max_predictions_per_seq=PREDS)
@@ -141,8 +140,8 @@ def breakdown(args, corpus_path: str, vocab_file: str, num_shards: int) -> None:
     count = 0
     for shard in range(num_shards):
         t0 = time.process_time()
-        keep = document_selector("train", shard, num_shards, 0.0)  # as BertPretrain.shard_documents
-        docs = list(map(corpus.document_lines, corpus.iter_document_texts(problem.input_paths(), keep=keep)))
+        # As BertPretrain.shard_documents without a datagen run's spill files: every shard reads the corpus.
+        docs = list(map(corpus.document_lines, problem.shard_texts("", "train", shard, num_shards)))
         t1 = time.process_time()
         tokenized = list(bp.tokenize_documents(docs, encoder))
         t2 = time.process_time()

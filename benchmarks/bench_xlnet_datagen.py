@@ -190,7 +190,7 @@ problem = xp.XlnetPretrain(hp)
 T = time.process_time
 out = dict.fromkeys(["read + encode", "records (A/B, masks)", "serialize (records.py)", "TFRecord write"], 0.0)
 start = T()
-table, cfg = problem.start_piece_table(""), xp.RecordSettings.from_hparams(hp)
+table, cfg = problem.start_piece_table(""), xp.XlnetRecordSettings.from_hparams(hp)
 out["setup"] = T() - start
 tokens = count = 0
 for shard in range(8):

@@ -8,22 +8,21 @@ Flink, Spark and Dataflow are chosen by the pipeline options alone (docs/BEAM.md
 for each). This module imports apache_beam at the top: framework/datagen.py imports it only for
 --runner=beam, so the core package does not need the `[beam]` extra.
 
-The pipeline is the local driver's three steps (framework/problem.py), not a second implementation:
+The pipeline is the local driver's steps (framework/generator.py), not a second implementation:
 1. `plan_generation` runs in the launching process: vocabulary building (`problem.prepare`, once,
-   before any shard) and the list of shard jobs still to do (complete shards are kept on re-runs).
-2. `Create(units) | Reshuffle | Map(render) | ToList | Map(check)`: the structured and compressed corpus
-   files are rendered to plain text once, a unit (a file, or a range of Parquet row groups / Arrow record
-   batches) per element, spread over the workers as the local runner spreads them (framework/generator.py);
-   the check (--skip_bad_records per file) runs after every unit, and its output (which file reads which
-   rendered files) is a side input of the shard stage, so no shard starts before the corpus is rendered.
-   The rendered files are removed by the last stage, and by the launcher when the pipeline ends or fails.
-3. `Create(jobs) | Reshuffle | ParDo(WriteShard)`: each worker rebuilds the problem from a
-   `ProblemSpec` and calls `run_shard_job` -- the same function `--num_workers` datagen calls -- so for
-   the same seed the shards are byte-identical whatever the runner and the number of workers. A shard
-   is written as `<name>.incomplete` and renamed when whole (shards.write_shard); a retried or
-   speculative duplicate bundle rewrites the same bytes under the same name, which is harmless.
-   Reshuffle stops the runner from fusing the jobs into the single bundle `Create` makes, so they
-   spread over the workers.
+   before any shard), the list of shard jobs still to do (complete shards are kept on re-runs), and the
+   partitions of a problem's document corpus (framework/shuffle.py).
+2. `Create(units) | Reshuffle | Map(render) | ToList | Map(check)`: for problems without a document
+   corpus, their structured and compressed files are rendered to plain text once, a unit per element; the
+   result (which file reads which rendered files) is a side input of the shard stage. The rendered files
+   are removed by the last stage, and by the launcher when the pipeline ends or fails.
+3. `Create(partitions) | Reshuffle | FlatMap(read)`: each partition read once, each document keyed by the
+   (split, shard) its text hashes to, with its corpus position; `{jobs, documents} | CoGroupByKey`: the
+   engine's shuffle brings each shard job its documents, sorted back into corpus order, and `WriteShard`
+   rebuilds the problem from a `ProblemRecipe` and calls `run_shard_job` -- the function `--num_workers`
+   datagen calls -- so for the same seed the shards are byte-identical whatever the runner and the number
+   of workers. A shard is written as `<name>.incomplete` and renamed when whole (shards.write_shard); a
+   retried or speculative duplicate bundle rewrites the same bytes under the same name.
 4. `ToList | ParDo(WriteManifests)`: a global combine emits only after EVERY shard write of the
    pipeline has finished, so the manifests are written by the pipeline's last stage, on a worker.
    Why there and not by the launcher after `wait_until_finish()`: on distributed runners the
@@ -33,10 +32,10 @@ The pipeline is the local driver's three steps (framework/problem.py), not a sec
    sidecar from the file system and writes a manifest only when all of them exist. A pipeline killed
    part way therefore leaves no manifest, and re-running finishes the missing shards only.
 
-Memory per worker: one shard job at a time per worker thread, and each job streams the corpus,
-keeping only its own documents (problems' `generate_shard`; bert_pretrain keeps the shard's token ids,
-~4 bytes x corpus tokens / num_shards), and writes through the bounded-memory shuffler of
-shards.write_shard. Worker memory is thus set by --num_shards, not by the corpus size: raise
+Memory per worker: one shard job at a time per worker thread, holding its own documents (the engine's
+group: ~corpus bytes / num_shards; bert_pretrain also the shard's token ids, ~4 bytes x corpus tokens /
+num_shards), written through the bounded-memory shuffler of shards.write_shard; a partition job holds
+one partition's documents. Worker memory is thus set by --num_shards, not by the corpus size: raise
 --num_shards with the corpus (docs/BEAM.md gives the rule).
 """
 from __future__ import annotations
@@ -52,17 +51,17 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from apache_beam.runners.runner import PipelineState
 
-from textrain.framework import corpus_formats
-from textrain.framework.generator import (GenerationPlan, ProblemSpec, Rendered, ShardJob, corpus_units,
-                                           generation_lock, plan_generation, remove_rendered, rendered_dir,
-                                           run_shard_job, write_manifests)
+from textrain.framework import corpus_formats, shuffle
+from textrain.framework.generator import (GenerationPlan, ProblemRecipe, Rendered, ShardJob, Shuffled, corpus_units,
+                                           generation_lock, plan_generation, plan_shuffle, remove_rendered,
+                                           rendered_dir, run_shard_job, write_manifests)
 from textrain.framework.problem import Problem
 
 
 class _ProblemDoFn(beam.DoFn):
     """A DoFn holding the problem, rebuilt once per worker (DoFn.setup) from its spec."""
 
-    def __init__(self, spec: ProblemSpec, data_dir: str, tmp_dir: str):
+    def __init__(self, spec: ProblemRecipe, data_dir: str, tmp_dir: str):
         super().__init__()
         self.spec, self.data_dir, self.tmp_dir = spec, data_dir, tmp_dir
         self.problem: Problem | None = None
@@ -76,21 +75,30 @@ class _ProblemDoFn(beam.DoFn):
 class WriteShard(_ProblemDoFn):
     """One shard job -> one shard file written atomically; emits the shard's stats."""
 
-    def __init__(self, spec: ProblemSpec, data_dir: str, tmp_dir: str, seed: int):
+    def __init__(self, spec: ProblemRecipe, data_dir: str, tmp_dir: str, seed: int, shuffled: bool):
         super().__init__(spec, data_dir, tmp_dir)
-        self.seed = seed
+        self.seed, self.shuffled = seed, shuffled
 
-    def process(self, job: ShardJob, rendered: Rendered) -> Iterator[dict]:
-        stats = run_shard_job(self.problem, self.data_dir, self.tmp_dir, self.seed, job, rendered)
+    def process(self, keyed: tuple, rendered: Rendered) -> Iterator[dict]:
+        (split, shard_id), grouped = keyed
+        for job in grouped["job"]:
+            texts = None
+            if self.shuffled:
+                docs = sorted(d for docs in grouped["docs"] for d in docs)  # (partition, position): corpus order
+                texts = shuffle.GroupedTexts(split, shard_id, tuple(text for _, _, text in docs))
+            yield self._write(job, rendered, texts)
+
+    def _write(self, job: ShardJob, rendered: Rendered, texts: shuffle.GroupedTexts | None) -> dict:
+        stats = run_shard_job(self.problem, self.data_dir, self.tmp_dir, self.seed, job, rendered, texts)
         logging.info("shard %s-%d of %d: %d examples in %.1fs", job.split, job.shard_id, job.num_shards,
                      stats["count"], stats["seconds"])
-        yield stats
+        return stats
 
 
 class WriteManifests(_ProblemDoFn):
     """The last stage: runs once, after all shard writes (its input is the ToList of their stats)."""
 
-    def __init__(self, spec: ProblemSpec, data_dir: str, tmp_dir: str, plan: GenerationPlan, rendered: str):
+    def __init__(self, spec: ProblemRecipe, data_dir: str, tmp_dir: str, plan: GenerationPlan, rendered: str):
         super().__init__(spec, data_dir, tmp_dir)
         self.plan, self.rendered = plan, rendered
 
@@ -103,6 +111,16 @@ class WriteManifests(_ProblemDoFn):
 def _render(numbered: tuple[int, corpus_formats.RenderUnit]) -> tuple[int, list]:
     number, unit = numbered
     return number, corpus_formats.render_unit(unit)
+
+
+def _keyed_documents(part: shuffle.Partition, corpus: shuffle.DocumentCorpus, shards: dict[str, int]
+                     ) -> Iterator[tuple[tuple[str, int], list[tuple[int, int, str]]]]:
+    """Read one partition; each document keyed by its (split, shard), with its corpus position
+    (partition, index in it), grouped per key so that a partition emits one element per shard."""
+    groups: dict[tuple[str, int], list[tuple[int, int, str]]] = {}
+    for i, text in enumerate(shuffle.partition_texts(corpus, part)):
+        groups.setdefault(shuffle.assign(text, corpus.dev_fraction, shards), []).append((part.index, i, text))
+    yield from groups.items()
 
 
 def _check(results: list[tuple[int, list]], units: list[corpus_formats.RenderUnit]) -> Rendered:
@@ -130,37 +148,48 @@ def pipeline_options(options: str | Sequence[str]) -> PipelineOptions:
 
 
 def build_pipeline(pipeline: beam.Pipeline, problem: Problem, data_dir: str, tmp_dir: str,
-                   plan: GenerationPlan, units: list[corpus_formats.RenderUnit], rendered: str) -> None:
-    """Add the render, shard and manifest stages of `plan` to `pipeline` (`units`: the corpus units to
-    render, into the directory `rendered`)."""
-    spec = ProblemSpec.of(problem)
+                   plan: GenerationPlan, units: list[corpus_formats.RenderUnit], rendered: str,
+                   shuffled: Shuffled | None = None) -> None:
+    """Add the render, shuffle, shard and manifest stages of `plan` to `pipeline` (`units`: the corpus
+    units to render, into the directory `rendered`; `shuffled`: the document corpus's partitions)."""
+    spec = ProblemRecipe.of(problem)
+    jobs = (pipeline
+            | "ShardJobs" >> beam.Create([((job.split, job.shard_id), job) for job in plan.jobs])
+            | "Spread" >> beam.Reshuffle())
+    if shuffled is not None:
+        documents = (pipeline
+                     | "Partitions" >> beam.Create(shuffled.partitions)
+                     | "SpreadPartitions" >> beam.Reshuffle()
+                     | "ReadPartitions" >> beam.FlatMap(_keyed_documents, shuffled.corpus, shuffled.shards))
+    else:
+        documents = pipeline | "NoDocuments" >> beam.Create([])
     ready = (pipeline
              | "CorpusUnits" >> beam.Create(list(enumerate(units)))
              | "SpreadUnits" >> beam.Reshuffle()
              | "RenderUnits" >> beam.Map(_render)
              | "AfterAllUnits" >> beam.combiners.ToList()
              | "CheckUnits" >> beam.Map(_check, units))
-    _ = (pipeline
-         | "ShardJobs" >> beam.Create(plan.jobs)
-         | "Spread" >> beam.Reshuffle()
-         | "WriteShards" >> beam.ParDo(WriteShard(spec, data_dir, tmp_dir, plan.seed), beam.pvalue.AsSingleton(ready))
+    _ = ({"job": jobs, "docs": documents}
+         | "ShuffleToShards" >> beam.CoGroupByKey()
+         | "WriteShards" >> beam.ParDo(WriteShard(spec, data_dir, tmp_dir, plan.seed, shuffled is not None),
+                                       beam.pvalue.AsSingleton(ready))
          | "AfterAllShards" >> beam.combiners.ToList()
          | "WriteManifests" >> beam.ParDo(WriteManifests(spec, data_dir, tmp_dir, plan, rendered)))
 
 
 def generate_data(problem: Problem, data_dir: str, tmp_dir: str, *, options: str | Sequence[str] = "",
-                  seed: int = 0, overwrite: bool = False, num_shards: dict[str, int] | None = None
-                  ) -> dict[str, dict]:
+                  seed: int = 0, overwrite: bool = False, num_shards: dict[str, int] | None = None,
+                  partition_mb: float = shuffle.DEFAULT_PARTITION_MB) -> dict[str, dict]:
     """Plan here, generate on the Beam runner, return {split: manifest} of the complete splits.
 
     Waits for the pipeline (Beam's `with` block calls run().wait_until_finish()); the manifests are
     read back from data_dir, where the pipeline's last stage wrote them."""
     with generation_lock(problem, data_dir):  # one writer per problem directory, as local datagen
-        return _generate_locked(problem, data_dir, tmp_dir, options, seed, overwrite, num_shards)
+        return _generate_locked(problem, data_dir, tmp_dir, options, seed, overwrite, num_shards, partition_mb)
 
 
 def _generate_locked(problem: Problem, data_dir: str, tmp_dir: str, options: str | Sequence[str], seed: int,
-                     overwrite: bool, num_shards: dict[str, int] | None) -> dict[str, dict]:
+                     overwrite: bool, num_shards: dict[str, int] | None, partition_mb: float) -> dict[str, dict]:
     plan = plan_generation(problem, data_dir, tmp_dir, seed=seed, overwrite=overwrite,
                            num_shards=num_shards)
     if not plan.jobs:  # every shard exists already: only manifests (if any) are missing
@@ -171,10 +200,11 @@ def _generate_locked(problem: Problem, data_dir: str, tmp_dir: str, options: str
     directory = rendered_dir(problem, data_dir)
     try:
         units = corpus_units(problem, tmp_dir, plan, directory)
-        logging.info("datagen %s on Beam: %d corpus units to render, %d shard jobs", problem.name, len(units),
-                     len(plan.jobs))
+        shuffled = plan_shuffle(problem, data_dir, tmp_dir, plan, partition_mb, spill=False)
+        logging.info("datagen %s on Beam: %d corpus units to render, %d partitions, %d shard jobs", problem.name,
+                     len(units), len(shuffled.partitions) if shuffled else 0, len(plan.jobs))
         with beam.Pipeline(options=pipeline_options(options)) as pipeline:
-            build_pipeline(pipeline, problem, data_dir, tmp_dir, plan, units, directory)
+            build_pipeline(pipeline, problem, data_dir, tmp_dir, plan, units, directory, shuffled)
     except BaseException:
         remove_rendered(directory)
         raise

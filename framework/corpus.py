@@ -9,30 +9,27 @@ Decisions:
 - Other formats (JSON Lines, Parquet, Arrow, CSV/TSV, MediaWiki XML): `expand_paths(pattern, options)`
   gives `corpus_formats.CorpusFile`s, opened here as the text they stand for; documents of records are
   counted without being cut into sentences unless kept (see corpus_formats). In a datagen shard job a file
-  that the run rendered to plain text already is read from its rendered units (`CorpusFile.rendered`).
+  that the run rendered to plain text already is read from its rendered units (`CorpusFile.rendered`):
+  the problems without a document corpus (framework/shuffle.py reads the others once, in partitions).
 - Bytes that are not UTF-8 are an error naming the file and line by default. `on_bad_utf8="replace"`
   substitutes U+FFFD, `"skip"` drops the line; both count what they did and log it once per file.
 - A document never continues into the next file, and empty documents are never yielded.
-- Speed (issue #12): files are read in blocks of `BLOCK_BYTES` cut at line ends. `iter_document_texts`
+- Speed: files are read in blocks of `BLOCK_BYTES` cut at line ends. `iter_document_texts`
   finds documents in the raw bytes (blank lines = lines of UTF-8 whitespace only, exactly str.isspace) and,
   with `keep`, decodes and copies out only the documents asked for; `document_lines` splits one into lines.
-  A datagen shard that scans the whole corpus for its round-robin documents thus pays a C-speed byte scan
-  for the others (tf.io.gfile's per-line `readline` costs ~7 us a line: most of electra_pretrain's time
-  when its 8 shards each read the corpus). Bytes that are not UTF-8 fall back to the per-line decoding of
+  A reader that keeps some documents thus pays a C-speed byte scan for the others (tf.io.gfile's per-line
+  `readline` costs ~7 us a line). `byte_range` reads one range of a plain file (a datagen partition:
+  framework/shuffle.py). Bytes that are not UTF-8 fall back to the per-line decoding of
   `iter_lines` (same messages, line numbers, replace/skip); with `keep` they are reported by the reader
   that keeps their document (a shard fails on its own documents only). "skip", which can empty a document
   and so shift the indices after it, decodes every block first. As tf.io.gfile's readline does, carriage
   returns of uncompressed files are dropped wherever they are. Memory: one block plus the current document.
-  A caller that scans the same files again (the shards one datagen process runs one after another) passes a
-  `DocumentSpans`: the first scan records each document's byte range, later calls read only the kept ones.
 """
 from __future__ import annotations
 
-import array
 import bz2
 import gzip
 import io
-import os
 import re
 from typing import Callable, Iterable, Iterator, Sequence
 
@@ -67,7 +64,7 @@ def expand_paths(pattern: str, options: corpus_formats.ReadOptions | None = None
             if not fileio.isdir(m):
                 paths.append(m)
             elif options is not None:
-                paths.extend(corpus_formats.dataset_dir_files(m) or [])
+                paths.extend(corpus_formats.directory_files(m))
     paths = sorted(dict.fromkeys(paths))
     return paths if options is None else corpus_formats.corpus_files(paths, options)
 
@@ -151,16 +148,26 @@ def _decode_lines_of(block: bytes, path: str, first_lineno: int, on_bad_utf8: st
     return "".join(out), bad
 
 
-def _iter_byte_blocks(path: str) -> Iterator[bytes]:
-    """The raw bytes of a file in blocks of about BLOCK_BYTES that end at a line end (the newline is kept;
-    the last block may lack it). tf.io.gfile's readline (what iter_lines gets for an uncompressed file)
-    drops every carriage return, wherever it is in the line; gzip/bz2 lines keep theirs: blocks do the same."""
+ByteRange = tuple[int, int]  # [start, end) of an uncompressed file's bytes (a datagen partition)
+
+
+def _iter_byte_blocks(path: str, byte_range: ByteRange | None = None) -> Iterator[bytes]:
+    """The raw bytes of a file (or of its `byte_range` only) in blocks of about BLOCK_BYTES that end at a
+    line end (the newline is kept; the last block may lack it). tf.io.gfile's readline (what iter_lines
+    gets for an uncompressed file) drops every carriage return, wherever it is in the line; gzip/bz2 lines
+    keep theirs: blocks do the same."""
     drop_cr = not is_compressed(path)
+    left = None
     with _open_binary(path) as f:
+        if byte_range is not None:
+            f.seek(byte_range[0])
+            left = byte_range[1] - byte_range[0]
         pending: list[bytes] = []  # bytes after the last newline seen (a line longer than a block grows here)
         try:
             while True:
-                data = f.read(BLOCK_BYTES)
+                data = f.read(BLOCK_BYTES if left is None else min(BLOCK_BYTES, left))
+                if left is not None:
+                    left -= len(data)
                 if not data:
                     break
                 cut = data.rfind(b"\n") + 1
@@ -197,12 +204,14 @@ def _decode(block: bytes, path: str, lineno: int, on_bad_utf8: str) -> tuple[str
         return _decode_lines_of(block, path, lineno, on_bad_utf8)
 
 
-def iter_text_blocks(path: str, on_bad_utf8: str = "error") -> Iterator[str]:
-    """The text of a file in blocks of about BLOCK_BYTES that end at a line end (the newline is kept; the
-    last block may lack it). The lines of the concatenated blocks are exactly those of `iter_lines`."""
+def iter_text_blocks(path: str, on_bad_utf8: str = "error", byte_range: ByteRange | None = None
+                     ) -> Iterator[str]:
+    """The text of a file (or of its `byte_range`) in blocks of about BLOCK_BYTES that end at a line end
+    (the newline is kept; the last block may lack it). The lines of the concatenated blocks are exactly
+    those of `iter_lines`."""
     _check_policy(on_bad_utf8)
     lineno, bad = 1, 0
-    for block in _iter_byte_blocks(path):
+    for block in _iter_byte_blocks(path, byte_range):
         text, n = _decode(block, path, lineno, on_bad_utf8)
         bad += n
         lineno += block.count(b"\n")
@@ -257,8 +266,8 @@ _BLANK_BYTES = re.compile(b"(?:" + _WS + b"|\n)*")
 
 
 def iter_document_texts(paths: Sequence[str] | str, on_bad_utf8: str = "error",
-                        keep: Callable[[int], bool] | None = None,
-                        spans: "DocumentSpans | None" = None) -> Iterator[str]:
+                        keep: Callable[[int], bool] | None = None, byte_range: ByteRange | None = None
+                        ) -> Iterator[str]:
     """The documents of `read_documents`, each as its raw text (lines joined by newlines, not yet stripped):
     `document_lines(text)` gives the lines. With `keep`, only the documents whose index i (0-based, over
     all the files' non-empty documents, asked in order) has keep(i) true: the others are counted, never
@@ -269,12 +278,11 @@ def iter_document_texts(paths: Sequence[str] | str, on_bad_utf8: str = "error",
     holds them. With on_bad_utf8="skip" a skipped line can make a document empty and shift the indices of
     those after it: that policy decodes every block first (`_iter_document_texts_decoded`).
 
-    `spans` (a `DocumentSpans` the caller keeps between calls): a scan of a local uncompressed file records
-    where each of its documents lies, and a later call on the unchanged file reads only the kept documents
-    (a seek and a read each) instead of scanning the file again; the same texts, in the same order."""
+    `byte_range` (one plain file only): read only those bytes, which start and end at a document
+    boundary (a datagen partition, framework/partitions.py); line numbers in errors count from its start."""
     _check_policy(on_bad_utf8)
     if on_bad_utf8 == "skip":
-        yield from _iter_document_texts_decoded(paths, on_bad_utf8, keep)
+        yield from _iter_document_texts_decoded(paths, on_bad_utf8, keep, byte_range)
         return
     if isinstance(paths, str):
         paths = expand_paths(paths)
@@ -288,13 +296,6 @@ def iter_document_texts(paths: Sequence[str] | str, on_bad_utf8: str = "error",
                 if keep is None or keep(index):
                     yield render(raw)
             continue
-        known = spans.lookup(path) if spans is not None else None
-        if known is not None:
-            for text in _read_spans(path, known, index, on_bad_utf8, keep):
-                yield text
-            index += len(known[0])
-            continue
-        recording = spans.recorder(path) if spans is not None else None
         bad = 0
 
         def decode(piece: bytes, block: bytes, start: int, block_lineno: int) -> str:
@@ -313,11 +314,7 @@ def iter_document_texts(paths: Sequence[str] | str, on_bad_utf8: str = "error",
         pending: list[bytes] = []
         pending_at: tuple[bytes, int, int] = (b"", 0, 0)
         lineno, ended_line = 1, True  # the current block's first line; whether the last block ended one
-        # For `recording`: the file offset of the block's first byte (framed position p is offset base + p - 1:
-        # blocks are the file's bytes when no carriage return was dropped, which `finish` checks), and where the
-        # current piece starts (-1: at the framing newline before the file's first byte).
-        base, piece_start = 0, -1
-        for block in _iter_byte_blocks(path):
+        for block in _iter_byte_blocks(path, byte_range):
             # Framed by newlines so that every line of the block, first and last included, is seen whole;
             # framed position p is on line lineno - 1 + framed.count(b"\n", 0, p). A piece keeps the newline
             # ending its last line (decoding errors show the bytes iter_lines shows).
@@ -333,22 +330,16 @@ def iter_document_texts(paths: Sequence[str] | str, on_bad_utf8: str = "error",
                     pending = []
                     if _BLANK_BYTES.fullmatch(piece):
                         start = m.end()
-                        piece_start = base + start - 1
                         continue
                     index += 1
-                    if recording is not None:
-                        recording.add(piece_start, base + end - 1)
                     if keep is None or keep(index):
                         yield decode(piece, *pending_at)
                 else:
                     # Between two separators: never blank (the greedy separator took every blank line).
                     index += 1
-                    if recording is not None:
-                        recording.add(piece_start, base + end - 1)
                     if keep is None or keep(index):
                         yield decode(framed[start:end], framed, start, lineno - 1)
                 start = m.end()
-                piece_start = base + start - 1
             if start is None:
                 pending.append(framed[head:])
             else:
@@ -356,108 +347,14 @@ def iter_document_texts(paths: Sequence[str] | str, on_bad_utf8: str = "error",
                 pending_at = (framed, start, lineno - 1)
             lineno += block.count(b"\n")
             ended_line = block.endswith(b"\n")
-            base += len(block)
         piece = b"".join(pending)
         if piece and not ended_line:
             piece = piece[:-1]  # that framing newline stood for none
         if not _BLANK_BYTES.fullmatch(piece):
             index += 1
-            if recording is not None:
-                recording.add(piece_start, base)
             if keep is None or keep(index):
                 yield decode(piece, *pending_at)
-        if recording is not None:
-            recording.finish(base)
         _warn_bad(path, on_bad_utf8, bad)
-
-
-class DocumentSpans:
-    """Where the documents of local uncompressed files lie, recorded by `iter_document_texts` during a scan
-    so that its later calls on the same files read only the documents they keep.
-
-    Why: a datagen shard takes every n-th document, so each of a problem's n shards used to scan the whole
-    corpus; the shards a process runs one after another share one of these (kept by the problem), and
-    every scan after the first costs a seek and a read per kept document. A file is recorded only when
-    the scan's bytes are the file's (no carriage return dropped) and it is looked up again only while its
-    size and modification time are those it had. Memory: two int64 per document, up to MAX_DOCUMENTS
-    documents in all (~16 MB); past that, files are scanned every time, as without spans."""
-
-    MAX_DOCUMENTS = 1 << 20
-
-    def __init__(self) -> None:
-        self._files: dict[str, tuple[tuple[int, int], tuple[array.array, array.array]]] = {}
-        self._documents = 0
-
-    @staticmethod
-    def _identity(path: str) -> tuple[int, int] | None:
-        if getattr(path, "rendered", ()):  # the files datagen rendered it to, read one after another
-            return corpus_formats.rendered_identity(path)
-        if not fileio.is_local(path) or is_compressed(path) or corpus_formats.is_structured(path):
-            return None
-        try:
-            st = os.stat(path)
-        except OSError:
-            return None
-        return st.st_size, st.st_mtime_ns
-
-    def lookup(self, path: str) -> tuple[array.array, array.array] | None:
-        """(starts, ends) of the file's documents when recorded and unchanged since."""
-        entry = self._files.get(path)
-        if entry is None or entry[0] != self._identity(path):
-            return None
-        return entry[1]
-
-    def recorder(self, path: str) -> "_SpanRecorder | None":
-        identity = self._identity(path)
-        return None if identity is None else _SpanRecorder(self, path, identity)
-
-    def _store(self, path: str, identity: tuple[int, int], starts: array.array, ends: array.array) -> None:
-        if self._documents + len(starts) <= self.MAX_DOCUMENTS:
-            old = self._files.pop(path, None)
-            self._documents += len(starts) - (len(old[1][0]) if old else 0)
-            self._files[path] = (identity, (starts, ends))
-
-
-class _SpanRecorder:
-    """One file's document spans during a scan: byte offsets, start -1 = the framing newline before byte 0."""
-
-    def __init__(self, spans: DocumentSpans, path: str, identity: tuple[int, int]) -> None:
-        self.spans, self.path, self.identity = spans, path, identity
-        self.starts, self.ends = array.array("q"), array.array("q")
-
-    def add(self, start: int, end: int) -> None:
-        self.starts.append(start)
-        self.ends.append(end)
-
-    def finish(self, scanned_bytes: int) -> None:
-        """Keep the spans if the scan saw the file's bytes unchanged (and the file did not change meanwhile)."""
-        if scanned_bytes == self.identity[0] and DocumentSpans._identity(self.path) == self.identity:
-            self.spans._store(self.path, self.identity, self.starts, self.ends)
-
-
-def _read_spans(path: str, known: tuple[array.array, array.array], index: int, on_bad_utf8: str,
-                keep: Callable[[int], bool] | None) -> Iterator[str]:
-    """iter_document_texts of one recorded file: the kept documents' bytes read by offset, decoded as the
-    scan decodes them (the same text, the same errors and line numbers)."""
-    bad = 0
-    with _open_binary(path) as f:
-        for start, end in zip(*known):
-            index += 1
-            if keep is not None and not keep(index):
-                continue
-            f.seek(max(start, 0))
-            piece = f.read(end - max(start, 0))
-            if start < 0:
-                piece = b"\n" + piece
-            try:
-                yield piece.decode("utf-8")
-            except UnicodeDecodeError:
-                # The number the scan gives this piece's first line: 0 for the framing newline, else its line.
-                lineno = 0 if start < 0 else _count_newlines(f, start) + 1
-                text, n = _decode_lines_of(piece, path, lineno, on_bad_utf8)
-                bad += n
-                yield text
-    _warn_bad(path, on_bad_utf8, bad)
 
 
 def _count_newlines(f: io.BufferedIOBase, end: int) -> int:
@@ -474,14 +371,15 @@ def _count_newlines(f: io.BufferedIOBase, end: int) -> int:
 
 
 def _iter_document_texts_decoded(paths: Sequence[str] | str, on_bad_utf8: str,
-                                 keep: Callable[[int], bool] | None) -> Iterator[str]:
+                                 keep: Callable[[int], bool] | None,
+                                 byte_range: ByteRange | None = None) -> Iterator[str]:
     """iter_document_texts on decoded blocks (every line decoded under the policy before documents are cut)."""
     if isinstance(paths, str):
         paths = expand_paths(paths)
     index = -1
     for path in paths:
         pending: list[str] = []
-        for block in iter_text_blocks(path, on_bad_utf8):
+        for block in iter_text_blocks(path, on_bad_utf8, byte_range):
             framed = "\n" + (block[:-1] if block.endswith("\n") else block) + "\n"
             start = None
             for m in _BLANK_LINES.finditer(framed):

@@ -38,6 +38,9 @@ flags.DEFINE_enum("runner", "local", ["local", "beam"],
 flags.DEFINE_string("beam_pipeline_options", "",
                     "With --runner=beam: Beam pipeline options as one string, e.g. \"--runner=DirectRunner "
                     "--direct_num_workers=2 --direct_running_mode=multi_processing\" (docs/BEAM.md).")
+flags.DEFINE_float("partition_mb", 64, "The corpus is read once, in partitions of about this many MB of a "
+                   "plain text file (a compressed or structured file is one partition), each by one job.",
+                   lower_bound=0.001)
 flags.DEFINE_bool("verify", False, "Check every record's CRC and every shard's count against the manifests "
                   "and regenerate only the shards that are missing or damaged (same settings and --seed "
                   "as the original run).")
@@ -70,12 +73,13 @@ def _generate_with_beam(problem, num_shards: dict | None) -> dict:
                                f"pip install 'textrain[beam]'") from None
     return beam_datagen.generate_data(problem, FLAGS.data_dir, FLAGS.tmp_dir,
                                       options=FLAGS.beam_pipeline_options, seed=FLAGS.seed,
-                                      overwrite=FLAGS.overwrite, num_shards=num_shards)
+                                      overwrite=FLAGS.overwrite, num_shards=num_shards,
+                                      partition_mb=FLAGS.partition_mb)
 
 
 def _remove_if_left_empty(directory: str, existed: bool) -> None:
-    """After a failed run: a problem directory this run created and left with nothing but its own lock
-    files (names starting with '.') goes too, so a failure leaves nothing behind."""
+    """After a failed run: a directory this run created and left with nothing but its own lock files
+    (names starting with '.') goes too, so a failure leaves nothing behind."""
     if existed or not fileio.isdir(directory):
         return
     if all(name.startswith(".") for name in fileio.listdir(directory)):
@@ -100,10 +104,12 @@ def main(argv: list[str]) -> None:
         raise errors.UserError(str(e)) from None
     problem_dir = problem.problem_dir(FLAGS.data_dir)
     existed = fileio.isdir(problem_dir)
+    data_dir_existed = fileio.isdir(FLAGS.data_dir)
     try:
         _generate(problem)
     except BaseException:
         _remove_if_left_empty(problem_dir, existed)
+        _remove_if_left_empty(FLAGS.data_dir, data_dir_existed)
         raise
 
 
@@ -124,7 +130,7 @@ def _generate(problem) -> None:
             manifests = problem.generate_data(FLAGS.data_dir, FLAGS.tmp_dir, num_workers=FLAGS.num_workers,
                                               task_id=FLAGS.task_id, num_tasks=FLAGS.num_tasks,
                                               seed=FLAGS.seed, overwrite=FLAGS.overwrite, num_shards=num_shards,
-                                              verify=FLAGS.verify)
+                                              verify=FLAGS.verify, partition_mb=FLAGS.partition_mb)
     except (ValueError, FileNotFoundError) as e:  # bad input: a clear message, no traceback
         raise errors.UserError(str(e)) from None
     print(_summary(problem, FLAGS.data_dir, manifests, time.time() - start))

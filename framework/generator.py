@@ -8,13 +8,18 @@ Decisions:
 - The unit of parallel work is one output shard. A shard's content depends only on
   (problem settings, seed, split, shard id), never on which worker made it, so the same seed and input
   give byte-identical shards for any number of workers or machines (`task_id`/`num_tasks`).
-- Structured and compressed corpus files (those a problem's `corpus_inputs(tmp_dir)` lists that
-  corpus_formats.needs_rendering) are first rendered to plain text, once per run, by the same workers:
+- A problem's document corpus (`document_corpus(tmp_dir)`) is read once, before the shard jobs, by the
+  same workers: a partition job per partition writes a spill file grouped by (split, shard), and each
+  shard job reads its slices (framework/shuffle.py has the partitions, the hash assignment and the spill
+  format). Progress is one line per stage: partition, shuffle, shards. The spill directory
+  `<problem dir>/.shuffle/` is shared by --num_tasks tasks (partitions are claimed) and removed at the end.
+- For problems without a document corpus, the structured and compressed files their
+  `corpus_inputs(tmp_dir)` lists (corpus_formats.needs_rendering) are first rendered to plain text, once
+  per run, by the same workers:
   a unit of that work is a file, or a range of a Parquet file's row groups / an Arrow file's record
-  batches (corpus_formats.plan_units). Why: every shard reads the whole corpus to pick its documents, so
-  each shard used to parse every record of every file (n shards: n parses, and no split by row group);
-  now records are parsed once, spread over the workers by unit, and every shard reads plain text (the
-  fast byte scan and DocumentSpans of framework/corpus.py). A unit's text ends at a record's end, so a
+  batches (corpus_formats.plan_units). Why: their shard jobs read the whole input, so each would parse
+  every record of every file; records are parsed once, spread over the workers by unit, and every shard
+  reads plain text. A unit's text ends at a record's end, so a
   file's units read one after another (CorpusFile.rendered) are exactly the text its records stand
   for: the shards are byte-identical to those of the same corpus as plain text, for any number of
   workers. The units' files live in `<problem dir>/.rendered/` and are removed when the run ends,
@@ -51,7 +56,7 @@ from typing import Any, Iterator, Protocol
 import numpy as np
 from absl import logging
 
-from textrain.framework import corpus_formats, fileio, lazy_tf, locks, manifests, shards
+from textrain.framework import corpus_formats, fileio, lazy_tf, locks, manifests, shards, shuffle
 from textrain.framework.errors import SettingsMismatchError
 from textrain.framework.manifests import ShardDamage
 
@@ -94,7 +99,9 @@ class GeneratingProblem(Protocol):
 
     def read_manifest(self, data_dir: str, split: str) -> dict: ...
 
-    # Optional: `corpus_inputs(tmp_dir) -> list[str]`, the corpus files the shards read (rendered once).
+    def document_corpus(self, tmp_dir: str) -> shuffle.DocumentCorpus | None: ...
+
+    def corpus_inputs(self, tmp_dir: str) -> list[str]: ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,7 +116,7 @@ class ShardJob:
 
 
 @dataclasses.dataclass(frozen=True)
-class ProblemSpec:
+class ProblemRecipe:
     """What another process needs to rebuild this process's problem: its class by import path and its
     hparams as pickled bytes (unpickled only after `sys_path` is in place, so problems from --usr_dir
     resolve). Used by the local worker pool and the Beam runner (framework/beam_datagen.py)."""
@@ -120,7 +127,7 @@ class ProblemSpec:
     hparams: bytes
 
     @classmethod
-    def of(cls, problem: GeneratingProblem) -> "ProblemSpec":
+    def of(cls, problem: GeneratingProblem) -> "ProblemRecipe":
         kind = type(problem)
         return cls(tuple(sys.path), kind.__module__, kind.__qualname__, pickle.dumps(problem.hparams))
 
@@ -138,10 +145,12 @@ Rendered = dict  # corpus_formats.renderings: {(path, read options): its rendere
 
 
 def run_shard_job(problem: GeneratingProblem, data_dir: str, tmp_dir: str, seed: int, job: ShardJob,
-                  rendered: Rendered | None = None) -> dict:
+                  rendered: Rendered | None = None, spills: shuffle.Spills | shuffle.GroupedTexts | None = None
+                  ) -> dict:
     """Generate and write one shard (atomically): THE per-shard code of every runner (local and Beam).
-    `rendered`: the corpus files this run rendered to plain text, read instead of their sources."""
-    with corpus_formats.reading_rendered(rendered or {}):
+    `rendered`: the corpus files this run rendered to plain text, read instead of their sources;
+    `spills`: the shuffled documents of a problem's document_corpus, read instead of the corpus."""
+    with corpus_formats.reading_rendered(rendered or {}), shuffle.reading_spills(spills):
         samples = problem.generate_shard(data_dir, tmp_dir, job.split, job.shard_id, job.num_shards, seed)
         rng = shard_rng(seed, job.split + "/shuffle", job.shard_id) if problem.shuffle_split(job.split) else None
         start = time.time()
@@ -166,8 +175,7 @@ def corpus_units(problem: GeneratingProblem, tmp_dir: str, plan: "GenerationPlan
     """The units to render before the shard jobs (none when no shard is to be made). A directory left by a
     run that died is removed first: this run holds its lock."""
     remove_rendered(directory)
-    inputs = getattr(problem, "corpus_inputs", None)
-    units = corpus_formats.plan_units(inputs(tmp_dir), directory) if plan.jobs and inputs else []
+    units = corpus_formats.plan_units(problem.corpus_inputs(tmp_dir), directory) if plan.jobs else []
     if units:
         fileio.makedirs(directory)
     return units
@@ -188,14 +196,20 @@ def rendered_corpus(problem: GeneratingProblem, data_dir: str, tmp_dir: str, pla
 _WORKER: dict[str, Any] = {}
 
 
-def _init_worker(spec: ProblemSpec, data_dir: str, tmp_dir: str, seed: int) -> None:
+def _init_worker(spec: ProblemRecipe, data_dir: str, tmp_dir: str, seed: int) -> None:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     _WORKER.update(problem=spec.build(), data_dir=data_dir, tmp_dir=tmp_dir, seed=seed)
 
 
-def _worker_run(task: tuple[ShardJob, Rendered]) -> dict:
+def _worker_run(task: tuple[ShardJob, Rendered, shuffle.Spills | None]) -> dict:
     w = _WORKER
     return run_shard_job(w["problem"], w["data_dir"], w["tmp_dir"], w["seed"], *task)
+
+
+def _worker_spill(task: tuple[shuffle.DocumentCorpus, shuffle.Partition, dict[str, int], str]) -> int | None:
+    """A partition job: read and spill the partition if this process claims it (None: another has it)."""
+    spec, part, shards_, directory = task
+    return shuffle.write_spill(spec, part, shards_, directory) if shuffle.claim(directory, part) else None
 
 
 def _split_status(problem: GeneratingProblem, data_dir: str, split: str, settings: dict, seed: int,
@@ -235,7 +249,7 @@ class GenerationPlan:
 def generate_data(problem: GeneratingProblem, data_dir: str, tmp_dir: str, *, num_workers: int = 1,
                   task_id: int | None = None, num_tasks: int = 1, seed: int = 0, overwrite: bool = False,
                   num_shards: dict[str, int] | None = None, progress_every: float = 10.0,
-                  verify: bool = False) -> dict[str, dict]:
+                  verify: bool = False, partition_mb: float = shuffle.DEFAULT_PARTITION_MB) -> dict[str, dict]:
     """Make every split's shards (this task's share of them) and, when all exist, its manifest.
 
     Returns {split: manifest} for the splits that are complete after this call. Complete splits whose
@@ -246,9 +260,86 @@ def generate_data(problem: GeneratingProblem, data_dir: str, tmp_dir: str, *, nu
     with generation_lock(problem, data_dir, task_id, num_tasks):
         plan = plan_generation(problem, data_dir, tmp_dir, task_id=task_id, num_tasks=num_tasks, seed=seed,
                                overwrite=overwrite, num_shards=num_shards, verify=verify)
-        with rendered_corpus(problem, data_dir, tmp_dir, plan, task_id, num_tasks) as units:
-            _run_jobs(problem, data_dir, tmp_dir, seed, plan.jobs, units, num_workers, progress_every)
+        with rendered_corpus(problem, data_dir, tmp_dir, plan, task_id, num_tasks) as units, \
+                shuffled_corpus(problem, data_dir, tmp_dir, plan, partition_mb, task_id, num_tasks) as shuffled:
+            _run_jobs(problem, data_dir, tmp_dir, seed, plan.jobs, units, num_workers, progress_every, shuffled)
         return write_manifests(problem, data_dir, plan)
+
+
+@dataclasses.dataclass
+class Shuffled:
+    """A run's corpus shuffle to do: the partitions and where their spill files go (shuffle.py)."""
+
+    corpus: shuffle.DocumentCorpus
+    partitions: list[shuffle.Partition]
+    shards: dict[str, int]
+    directory: str
+    task_id: int | None = None
+    num_tasks: int = 1
+
+    def spills(self) -> shuffle.Spills:
+        return shuffle.Spills(self.directory, len(self.partitions))
+
+    def own_order(self) -> list[shuffle.Partition]:
+        """The partitions in the order this task claims them: task k starts k/num_tasks of the way in, so
+        tasks that run together mostly read different partitions (claims decide; any order is correct)."""
+        start = (self.task_id or 0) * len(self.partitions) // self.num_tasks
+        return self.partitions[start:] + self.partitions[:start]
+
+
+def shuffle_dir(problem: GeneratingProblem, data_dir: str) -> str:
+    """Where a run spills its shuffled corpus: one directory, shared by the --num_tasks tasks (each
+    partition is claimed and read by one of them)."""
+    return os.path.join(problem.problem_dir(data_dir), ".shuffle")
+
+
+def plan_shuffle(problem: GeneratingProblem, data_dir: str, tmp_dir: str, plan: "GenerationPlan",
+                 partition_mb: float, task_id: int | None = None, num_tasks: int = 1, spill: bool = True
+                 ) -> Shuffled | None:
+    """The partitions of the problem's document corpus (none when it has none or no shard is to be made),
+    and with `spill` (not on Beam, whose engine shuffles) the spill directory made ready for them."""
+    directory = shuffle_dir(problem, data_dir)
+    spec = problem.document_corpus(tmp_dir) if plan.jobs else None
+    if spec is None:
+        if task_id is None:
+            shuffle.remove_directory(directory)  # a dead run's, for a plan that has nothing left to do
+        return None
+    start = time.time()
+    parts = shuffle.plan_partitions(spec, max(1, int(partition_mb * (1 << 20))))
+    shards = dict(plan.splits)
+    if spill:
+        shuffle.prepare_directory(directory, shuffle.plan_identity(spec, parts, shards))
+    logging.info("datagen %s: partition: %d files -> %d partitions of <= %g MB in %.1fs", problem.name,
+                 len(spec.paths), len(parts), partition_mb, time.time() - start)
+    return Shuffled(spec, parts, shards, directory, task_id, num_tasks)
+
+
+@contextlib.contextmanager
+def shuffled_corpus(problem: GeneratingProblem, data_dir: str, tmp_dir: str, plan: "GenerationPlan",
+                    partition_mb: float, task_id: int | None = None, num_tasks: int = 1) -> Iterator[Shuffled | None]:
+    """`plan_shuffle`; the spill files are removed when the block ends, normally or by an error (a killed
+    run's are kept, and a re-run with the same plan keeps its finished partitions). With --num_tasks
+    they are shared: removed by the task after which every shard of the pending splits exists."""
+    shuffled = plan_shuffle(problem, data_dir, tmp_dir, plan, partition_mb, task_id, num_tasks)
+    try:
+        yield shuffled
+    except BaseException:
+        if shuffled is not None and task_id is None:
+            shuffle.remove_directory(shuffled.directory)
+        raise
+    if shuffled is not None and (task_id is None or _all_shards_exist(problem, data_dir, plan)):
+        shuffle.remove_directory(shuffled.directory)
+
+
+def _all_shards_exist(problem: GeneratingProblem, data_dir: str, plan: "GenerationPlan") -> bool:
+    out_dir = problem.problem_dir(data_dir)
+    for split, n in plan.splits:
+        if split in plan.pending:
+            h = manifests.settings_hash(dict(plan.settings, num_shards=n, seed=plan.seed))
+            if any(shards.completed_shard_stats(os.path.join(out_dir, shards.shard_filename(problem.name, split, i, n)),
+                                                h) is None for i in range(n)):
+                return False
+    return True
 
 
 @contextlib.contextmanager
@@ -354,8 +445,9 @@ def write_manifests(problem: GeneratingProblem, data_dir: str, plan: GenerationP
             continue
         manifest = manifests.make_manifest(problem.name, split, seed, dict(settings, num_shards=n), h, all_stats)
         if manifest["num_examples"] == 0:
-            raise ValueError(f"{problem.name}-{split}: the input produced no examples (empty corpus?); "
-                             f"no manifest written")
+            raise ValueError(f"{problem.name}-{split}: the input produced no examples (an empty corpus, or one "
+                             f"too small for this split: a dev split of documents takes each with probability "
+                             f"--dev_fraction, by a hash of its text); no manifest written")
         problem.after_split(data_dir, split, manifest)
         fileio.write_json_atomic(
             os.path.join(out_dir, manifests.manifest_filename(problem.name, split)), manifest)
@@ -373,11 +465,60 @@ def _rendering_done(problem: GeneratingProblem, units: list[corpus_formats.Rende
     return corpus_formats.renderings(units)
 
 
+class _Progress:
+    """One log line per stage at most every `every` seconds (and at its end): done/total, rate and ETA."""
+
+    def __init__(self, problem: GeneratingProblem, stage: str, total: int, unit: str, every: float):
+        self.name, self.stage, self.total, self.unit, self.every = problem.name, stage, total, unit, every
+        self.start = self.last = time.time()
+        self.items = 0
+
+    def add(self, done: int, items: int) -> None:
+        self.items += max(items, 0)
+        now = time.time()
+        if now - self.last >= self.every or done == self.total:
+            elapsed = now - self.start
+            logging.info("datagen %s: %s: %d/%d, %d %s, %.0f %s/s, ETA %.0fs", self.name, self.stage, done,
+                         self.total, self.items, self.unit, self.items / max(elapsed, 1e-9), self.unit,
+                         elapsed / done * (self.total - done))
+            self.last = now
+
+
+def _spilled(problem: GeneratingProblem, shuffled: Shuffled, tasks: list, results: Iterator[int | None],
+             progress_every: float) -> None:
+    """Follow this process's partition jobs (in order: a file's first failing partition is the error),
+    read any partition whose claimer died, wait for those other tasks read, then check each structured
+    file's bad records (kept in the spill files) against its --skip_bad_records."""
+    progress = _Progress(problem, "shuffle (partitions read)", len(tasks), "documents", progress_every)
+    for i, count in enumerate(results, 1):
+        progress.add(i, count or 0)
+    missing = list(shuffled.partitions)
+    last = 0.0
+    while True:
+        missing = [p for p in missing if not fileio.exists(shuffle.spill_path(shuffled.directory, p))]
+        if not missing:
+            break
+        for part in missing:
+            if shuffle.claim(shuffled.directory, part):
+                shuffle.write_spill(shuffled.corpus, part, shuffled.shards, shuffled.directory)
+        if time.time() - last >= progress_every:
+            logging.info("datagen %s: shuffle: waiting for %d partitions that other tasks read", problem.name,
+                         len(missing))
+            last = time.time()
+        time.sleep(0.5)
+    corpus_formats.check_bad_records(shuffle.bad_records(shuffled.directory, shuffled.partitions))
+
+
 def _run_jobs(problem: GeneratingProblem, data_dir: str, tmp_dir: str, seed: int, jobs: list[ShardJob],
-              units: list[corpus_formats.RenderUnit], num_workers: int, progress_every: float) -> None:
-    """Render the corpus units, then make the shards: both spread over the same worker processes."""
+              units: list[corpus_formats.RenderUnit], num_workers: int, progress_every: float,
+              shuffled: Shuffled | None = None) -> None:
+    """Render the corpus units, shuffle the document corpus to spill files, then make the shards: all
+    spread over the same worker processes."""
     if not jobs:
         return
+    spill_tasks = ([(shuffled.corpus, p, shuffled.shards, shuffled.directory) for p in shuffled.own_order()]
+                   if shuffled is not None else [])
+    spills = shuffled.spills() if shuffled is not None else None
     start = last = time.time()
     examples = 0
 
@@ -388,14 +529,17 @@ def _run_jobs(problem: GeneratingProblem, data_dir: str, tmp_dir: str, seed: int
         if now - last >= progress_every or i == len(jobs):
             elapsed = now - start
             eta = elapsed / i * (len(jobs) - i)
-            logging.info("datagen %s: %d/%d shards, %d examples, %.0f examples/s, ETA %.0fs",
+            logging.info("datagen %s: shards: %d/%d, %d examples, %.0f examples/s, ETA %.0fs",
                          problem.name, i, len(jobs), examples, examples / max(elapsed, 1e-9), eta)
             last = now
 
-    if num_workers <= 1 or (len(jobs) == 1 and len(units) <= 1):
+    if num_workers <= 1 or (len(jobs) == 1 and len(units) <= 1 and len(spill_tasks) <= 1):
         rendered = _rendering_done(problem, units, [corpus_formats.render_unit(u) for u in units], start)
+        if shuffled is not None:
+            _spilled(problem, shuffled, spill_tasks, map(_worker_spill, spill_tasks), progress_every)
+        start = last = time.time()
         for i, job in enumerate(jobs, 1):
-            report(i, run_shard_job(problem, data_dir, tmp_dir, seed, job, rendered))
+            report(i, run_shard_job(problem, data_dir, tmp_dir, seed, job, rendered, spills))
         return
     if "forkserver" in multiprocessing.get_all_start_methods():
         # The fork server imports the problem's module once (and TensorFlow if this process uses it: a
@@ -405,11 +549,14 @@ def _run_jobs(problem: GeneratingProblem, data_dir: str, tmp_dir: str, seed: int
         ctx.set_forkserver_preload(preload + [type(problem).__module__])
     else:
         ctx = multiprocessing.get_context("spawn")
-    init = (ProblemSpec.of(problem), data_dir, tmp_dir, seed)
-    with ctx.Pool(min(num_workers, max(len(jobs), len(units))), initializer=_init_worker, initargs=init) as pool:
+    init = (ProblemRecipe.of(problem), data_dir, tmp_dir, seed)
+    workers = min(num_workers, max(len(jobs), len(units), len(spill_tasks)))
+    with ctx.Pool(workers, initializer=_init_worker, initargs=init) as pool:
         # In order (imap): a file's first failing unit is the one reported.
         rendered = _rendering_done(problem, units, list(pool.imap(corpus_formats.render_unit, units)), start)
+        if shuffled is not None:
+            _spilled(problem, shuffled, spill_tasks, pool.imap(_worker_spill, spill_tasks), progress_every)
         start = last = time.time()
-        tasks = [(job, rendered) for job in jobs]
+        tasks = [(job, rendered, spills) for job in jobs]
         for i, stats in enumerate(pool.imap_unordered(_worker_run, tasks), 1):
             report(i, stats)

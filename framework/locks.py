@@ -112,7 +112,7 @@ def _describe(holder: dict) -> str:
             f"{holder.get('host', '?')}, since {since})")
 
 
-def _create(path: str, content: str) -> bool:
+def create_file(path: str, content: str) -> bool:
     """Create `path` holding `content` if it does not exist; False when it exists."""
     if fileio.is_local(path):
         try:
@@ -140,7 +140,7 @@ def acquire_dir_lock(directory: str, program: str, name: str = ".textrain.lock")
     me = {"host": HOST, "pid": os.getpid(), "program": program, "started": time.time(),
           "process_start": _process_start(os.getpid())}
     for _ in range(3):
-        if _create(path, json.dumps(me)):
+        if create_file(path, json.dumps(me)):
             return DirLock(path, owner=True)
         holder = _read(path)
         if holder is None:  # released meanwhile

@@ -15,7 +15,7 @@ import dataclasses
 import os
 from typing import Any, ClassVar, Iterator
 
-from textrain.framework import corpus_formats, fileio, generator, manifests, pipeline
+from textrain.framework import corpus_formats, fileio, generator, manifests, pipeline, shuffle
 from textrain.framework.errors import MissingDataError, RecordError
 from textrain.framework.lazy_tf import tf
 from textrain.framework.settings import validate_settings
@@ -83,6 +83,17 @@ class Problem:
     def generate_samples(self, data_dir: str, tmp_dir: str, split: str) -> Iterator[dict]:
         raise NotImplementedError(f"{self.name} must implement generate_samples or generate_shard")
 
+    def document_corpus(self, tmp_dir: str) -> shuffle.DocumentCorpus | None:
+        """A corpus of documents that datagen reads once and shuffles to the shards by a hash of each
+        document's text (framework/shuffle.py); its shard jobs then read `shuffle.shard_texts`. None: the
+        problem reads its input in its shard jobs itself."""
+        return None
+
+    def corpus_inputs(self, tmp_dir: str) -> list[str]:
+        """Structured or compressed files that the shard jobs read, which datagen renders to plain text
+        once before them (framework/generator.py). Problems with a `document_corpus` list none."""
+        return []
+
     def encode_sample(self, sample: dict, encoders: dict) -> dict:
         """Encode the text fields that have an encoder; other fields pass through."""
         return {k: (encoders[k].encode(v) if k in encoders and isinstance(v, str) else v)
@@ -119,11 +130,12 @@ class Problem:
 
     def generate_data(self, data_dir: str, tmp_dir: str, num_workers: int = 1, task_id: int | None = None,
                       num_tasks: int = 1, seed: int = 0, overwrite: bool = False,
-                      num_shards: dict[str, int] | None = None, verify: bool = False) -> dict[str, dict]:
+                      num_shards: dict[str, int] | None = None, verify: bool = False,
+                      partition_mb: float = shuffle.DEFAULT_PARTITION_MB) -> dict[str, dict]:
         """Make the shards and manifests of every split (framework.generator.generate_data)."""
         return generator.generate_data(self, data_dir, tmp_dir, num_workers=num_workers, task_id=task_id,
-                             num_tasks=num_tasks, seed=seed, overwrite=overwrite, num_shards=num_shards,
-                             verify=verify)
+                                       num_tasks=num_tasks, seed=seed, overwrite=overwrite,
+                                       num_shards=num_shards, verify=verify, partition_mb=partition_mb)
 
     # ---------------------------------------------------------------- reading side
     def example_reading_spec(self) -> dict:

@@ -15,11 +15,11 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import os
-from typing import Callable, Iterable, Iterator, Sequence
+from typing import Iterator
 
 from absl import logging
 
-from textrain.framework import corpus, corpus_formats, fileio
+from textrain.framework import corpus, corpus_formats, fileio, shuffle
 from textrain.framework.encoders import EOS_ID, SubwordTextEncoder, WordpieceEncoder, build_wordpiece_vocab
 from textrain.framework.lazy_tf import tf
 from textrain.framework.problem import DatasetSplit, Problem
@@ -150,31 +150,9 @@ class Text2SelfProblem(Problem):
 
 
 def is_dev_document(index: int, dev_fraction: float) -> bool:
-    """Exactly floor(N * f) of N documents, spread evenly, go to the dev split."""
+    """Exactly floor(N * f) of N rows, spread evenly, go to the dev split (table rows; documents of a
+    document corpus are assigned by a hash of their text: framework/shuffle.py)."""
     return dev_fraction > 0 and int((index + 1) * dev_fraction) > int(index * dev_fraction)
-
-
-def document_selector(split: str, shard_id: int, num_shards: int, dev_fraction: float) -> Callable[[int], bool]:
-    """keep(index) for the corpus's documents asked in order: the split's k-th document goes to shard
-    k % num_shards (dev: exactly floor(N f) documents, spread evenly). The one statement of that rule."""
-    k = 0
-
-    def keep(index: int) -> bool:
-        nonlocal k
-        if is_dev_document(index, dev_fraction) != (split == DatasetSplit.EVAL):
-            return False
-        mine = k % num_shards == shard_id
-        k += 1
-        return mine
-
-    return keep
-
-
-def select_documents(documents: Iterable[Sequence[str]], split: str, shard_id: int, num_shards: int,
-                     dev_fraction: float) -> Iterator[Sequence[str]]:
-    """The documents of one shard (`document_selector`'s rule)."""
-    keep = document_selector(split, shard_id, num_shards, dev_fraction)
-    return (doc for index, doc in enumerate(documents) if keep(index))
 
 
 class WordpieceCorpusProblem(Problem):
@@ -192,16 +170,6 @@ class WordpieceCorpusProblem(Problem):
     def __init__(self, hparams=None):
         super().__init__(hparams)
         self._encoder: tuple[str, WordpieceEncoder] | None = None
-        self._spans: corpus.DocumentSpans | None = None
-
-    def document_spans(self) -> corpus.DocumentSpans:
-        """Where the corpus's documents lie, shared by the shards this process generates: the first shard's
-        scan records them and the others read only their own documents (corpus.DocumentSpans). Without it
-        every shard job scans the whole corpus: 44 % of bert_pretrain's CPU at 1 GB and 64 shards
-        (docs/beam_scale.md)."""
-        if self._spans is None:
-            self._spans = corpus.DocumentSpans()
-        return self._spans
 
     def dataset_splits(self) -> list[tuple[str, int]]:
         splits = [(DatasetSplit.TRAIN, self.train_shards)]
@@ -218,9 +186,17 @@ class WordpieceCorpusProblem(Problem):
                              "line between documents), comma-separated paths or globs")
         return corpus.expand_paths(self.hparams.input_file, corpus_formats.ReadOptions.of(self.hparams))
 
-    def corpus_inputs(self, tmp_dir: str) -> list[str]:
-        """The corpus files every shard reads (datagen renders the structured ones once: framework/generator.py)."""
-        return self.input_paths()
+    whole_file_documents: bool = False  # a file's whole text is one document (no blank-line separation)
+
+    def document_corpus(self, tmp_dir: str) -> shuffle.DocumentCorpus:
+        """The corpus, read once by datagen and shuffled to the shards (framework/shuffle.py)."""
+        hp = self.hparams
+        return shuffle.DocumentCorpus(tuple(self.input_paths()), hp.on_bad_utf8, hp.dev_fraction,
+                                      self.whole_file_documents)
+
+    def shard_texts(self, tmp_dir: str, split: str, shard_id: int, num_shards: int) -> Iterator[str]:
+        """This shard's documents as raw texts, in corpus order."""
+        return shuffle.shard_texts(self.document_corpus(tmp_dir), split, shard_id, num_shards)
 
     def documents(self, paths: list[str]) -> Iterator[list[str]]:
         """The corpus as documents (lists of lines)."""

@@ -33,9 +33,9 @@ Semantics kept from the original (facts, re-implemented; see `create_pairs_from_
 
 Decisions that differ from the original, on purpose:
 - Bounded memory and parallelism. The original holds every instance of every dupe pass in RAM
-  (google-research/bert#612) and runs on one core. Here the unit of work is one output shard: document
-  i of a split goes to shard `i % num_shards`, and a shard streams the corpus keeping (tokenizing)
-  only its own documents (as one int32 array each). Instances are made and masked in batches of
+  (google-research/bert#612) and runs on one core. Here datagen reads the corpus once and sends each
+  document to the shard a hash of its text names (framework/shuffle.py); the unit of work is one output
+  shard, which tokenizes only its own documents (as one int32 array each), in corpus order. Instances are made and masked in batches of
   MASKING_BATCH pairs and yielded one by one (the records writer shuffles within a shard with bounded
   memory), so memory is one shard's token ids plus one batch, whatever dupe_factor is: about
   4 bytes x corpus tokens / num_shards per worker (raise --num_shards for corpora of many GB).
@@ -59,15 +59,15 @@ Decisions that differ from the original, on purpose:
 - Seeds: both the original's `random_seed` and the driver's `--seed` are folded into the shard's
   generators (`framework.generator.shard_rng`), so either one changes the data, and the same pair gives
   byte-identical shards whatever the number of workers.
-- A dev split is optional: with `dev_fraction` f > 0, document i (in corpus order) is held out when
-  floor((i + 1) f) > floor(i f), i.e. exactly floor(N f) documents spread evenly; default 0 (train only,
-  as the original).
+- A dev split is optional: with `dev_fraction` f > 0, a document is held out when the hash of its text
+  falls below f (framework/shuffle.py: an expected share f, the same documents in any format and for any
+  partitioning); default 0 (train only, as the original).
 - Vocabulary: `vocab_file=""` builds a WordPiece vocab of at most `vocab_size` tokens from the input
   (framework.encoders.build_wordpiece_vocab) into `{data_dir}/bert_pretrain/vocab.txt`, reused on
   re-runs. The manifest records the real size and the vocab's sha256.
 
 Speed: the shards are byte-identical to the per-example code's (tests/test_bert_golden.py); how the CPU
-was brought down is in docs/HISTORY.md (issue #12).
+was brought down is in docs/HISTORY.md.
 """
 from __future__ import annotations
 
@@ -87,7 +87,7 @@ from textrain.framework.generator import shard_np_rng, shard_rng
 from textrain.framework.settings import help_text
 from textrain.framework.lazy_tf import tf
 from textrain.framework.registry import register_problem
-from textrain.framework.text_problems import WordpieceCorpusProblem, document_selector
+from textrain.framework.text_problems import WordpieceCorpusProblem
 from textrain.framework.truncation import truncate_seq_pair
 
 CLS, SEP, MASK = "[CLS]", "[SEP]", "[MASK]"
@@ -573,10 +573,7 @@ class BertPretrain(WordpieceCorpusProblem):
     def shard_documents(self, data_dir: str, split: str, shard_id: int,
                         num_shards: int) -> list[TokenizedDocument]:
         """Stream the corpus, splitting into lines and tokenizing only this shard's documents."""
-        keep = document_selector(split, shard_id, num_shards, self.hparams.dev_fraction)
-        texts = corpus.iter_document_texts(self.input_paths(), self.hparams.on_bad_utf8, keep=keep,
-                                           spans=self.document_spans())
-        mine = map(corpus.document_lines, texts)
+        mine = map(corpus.document_lines, self.shard_texts("", split, shard_id, num_shards))
         encoder = self.encoder(data_dir)
         words = (word_segmenters.WordContinuation(self.hparams.word_segmenter, encoder)
                  if self.hparams.word_segmenter else None)

@@ -27,17 +27,18 @@ Semantics kept from the original `ExampleBuilder` (facts, re-implemented):
 
 Decisions that differ from the original, on purpose:
 - Determinism and parallelism: the original shuffles its file list with an unseeded `random` and parallelises per
-  input file only. Here documents go round-robin to the split's shards (document i -> shard i % num_shards); each
-  shard runs its own builder seeded by `framework.generator.shard_rng(seed, split, shard)`. The same seed and corpus
-  give byte-identical shards whatever the number of workers.
-- Splits: with `dev_fraction` f > 0, exactly floor(N f) documents, spread evenly, form the dev split (bert_pretrain's
+  input file only. Here the corpus is read once and each document goes to the shard a hash of its text names
+  (framework/shuffle.py), in corpus order within the shard; each shard runs its own builder seeded by
+  `framework.generator.shard_rng(seed, split, shard)`. The same seed and corpus give byte-identical shards whatever
+  the number of workers, tasks or runner.
+- Splits: with `dev_fraction` f > 0, each document joins the dev split with probability f by that hash (bert_pretrain's
   rule); the original has no held-out split, and f = 0 (the default) makes none.
 - `strip_accents=False` with lower-casing needs an encoder option framework.encoders does not offer (it always
   strips when lower-casing, as BERT does); that combination is refused up front rather than silently ignored.
 - The manifest records the vocab's real size, its sha256, and the ids of [PAD] [CLS] [SEP] [MASK]: the model masks
   in the graph and reads them from there (a vocab built here has them at 0-4, Google's at 0/101/102/103).
-- Speed: one corpus scan per process (corpus.DocumentSpans), ids kept in arrays on the default path; the
-  measurements and both paths are described in docs/HISTORY.md (issue #12).
+- Speed: the corpus is read once per datagen run (framework/shuffle.py), ids kept in arrays on the default
+  path; the measurements and both paths are described in docs/HISTORY.md.
 """
 from __future__ import annotations
 
@@ -55,7 +56,7 @@ from textrain.framework.settings import help_text
 from textrain.framework.lazy_tf import tf
 from textrain.framework.problem import DatasetSplit, ModeKeys
 from textrain.framework.registry import register_problem
-from textrain.framework.text_problems import WordpieceCorpusProblem, document_selector
+from textrain.framework.text_problems import WordpieceCorpusProblem
 
 # Probabilities and constants of the original builder (build_pretraining_dataset.py).
 SINGLE_SEGMENT_PROB = 0.1
@@ -431,13 +432,11 @@ def read_text_documents(paths: Sequence[str], blanks_separate_docs: bool, on_bad
 
 
 def document_texts(paths: Sequence[str], blanks_separate_docs: bool, on_bad_utf8: str = "error",
-                   keep: Callable[[int], bool] | None = None,
-                   spans: corpus.DocumentSpans | None = None) -> Iterator[str]:
+                   keep: Callable[[int], bool] | None = None) -> Iterator[str]:
     """The documents of `read_text_documents` as raw texts, only those whose index has keep(index) (all
-    without `keep`): a shard copies out and splits into lines only its own. `spans`: see
-    corpus.iter_document_texts (the shards of one process scan the corpus once)."""
+    without `keep`): the others are never copied out nor split into lines."""
     if blanks_separate_docs:
-        yield from corpus.iter_document_texts(list(paths), on_bad_utf8, keep, spans=spans)
+        yield from corpus.iter_document_texts(list(paths), on_bad_utf8, keep)
         return
     index = -1
     for path in paths:
@@ -516,6 +515,10 @@ class ElectraPretrain(WordpieceCorpusProblem):
         super().__init__(hparams)
         self.hparams.validate()
 
+    @property
+    def whole_file_documents(self) -> bool:
+        return not self.hparams.blanks_separate_docs
+
     def documents(self, paths: list[str]) -> Iterator[list[str]]:
         return read_text_documents(paths, self.hparams.blanks_separate_docs, self.hparams.on_bad_utf8)
 
@@ -560,9 +563,7 @@ class ElectraPretrain(WordpieceCorpusProblem):
         builder = ExampleBuilder(hp.max_seq_length, encoder.special_ids["[CLS]"], encoder.special_ids["[SEP]"],
                                  shard_rng(seed, split, shard_id), carry_overflow=hp.carry_overflow,
                                  as_segments=True)
-        keep = document_selector(split, shard_id, num_shards, hp.dev_fraction)
-        texts = document_texts(self.input_paths(), hp.blanks_separate_docs, hp.on_bad_utf8, keep,
-                               self.document_spans())
+        texts = self.shard_texts("", split, shard_id, num_shards)
         if not hp.do_whole_word_mask and not hp.carry_overflow and hasattr(encoder, "encode_lines_flat"):
             # The same examples from ids kept in arrays (build_batches_flat).
             yield from build_batches_flat(texts, encoder, builder)

@@ -45,7 +45,7 @@ Decisions (where we differ from the original, on purpose):
 - The sampling is vectorised with numpy over many records at once (same distributions as the
   original's per-record Python loops, not the same random draws: the original is not seeded).
 - Speed: text is encoded in ~1 MB chunks by one SentencePiece call and a worker reads the corpus once for
-  all its shards; memory is one shard's ids plus 4096 records (docs/HISTORY.md, issue #12).
+  all its shards; memory is one shard's ids plus 4096 records (docs/HISTORY.md).
 - perm_size = 0 means reuse_len (the original's README uses perm_size = reuse_len).
 - `after_split` also writes the original's `corpus_info.json` and one combined
   `record_info-{split}-0-0.bsz-...json` listing every shard; the original reader takes only the first
@@ -458,7 +458,7 @@ def smallest_keys(keys: np.ndarray, taken: np.ndarray, need: np.ndarray) -> np.n
 # Stream -> records
 # =============================================================================================== #
 @dataclasses.dataclass(frozen=True)
-class RecordSettings:
+class XlnetRecordSettings:
     seq_len: int
     reuse_len: int
     bsz_per_host: int
@@ -469,12 +469,12 @@ class RecordSettings:
     num_predict: int
 
     @classmethod
-    def from_hparams(cls, hp: XlnetPretrainHParams) -> "RecordSettings":
+    def from_hparams(cls, hp: XlnetPretrainHParams) -> "XlnetRecordSettings":
         return cls(hp.seq_len, hp.reuse_len, hp.bsz_per_host, hp.num_core_per_host, hp.bi_data,
                    hp.mask_alpha, hp.mask_beta, hp.num_predict)
 
 
-def iter_record_batches(data: np.ndarray, sent_ids: np.ndarray, cfg: RecordSettings,
+def iter_record_batches(data: np.ndarray, sent_ids: np.ndarray, cfg: XlnetRecordSettings,
                         is_start_table: np.ndarray, rng: np.random.Generator
                         ) -> Iterator[dict[str, np.ndarray]]:
     """Yield chunks of records (dict of [num, ...] int64 arrays), whole host batches in order.
@@ -523,7 +523,7 @@ def iter_record_batches(data: np.ndarray, sent_ids: np.ndarray, cfg: RecordSetti
             return
 
 
-def iter_records(data: np.ndarray, sent_ids: np.ndarray, cfg: RecordSettings,
+def iter_records(data: np.ndarray, sent_ids: np.ndarray, cfg: XlnetRecordSettings,
                  is_start_table: np.ndarray, rng: np.random.Generator) -> Iterator[dict[str, np.ndarray]]:
     """One dict per record, in write order."""
     for chunk in iter_record_batches(data, sent_ids, cfg, is_start_table, rng):
@@ -828,7 +828,7 @@ class XlnetPretrain(Problem):
                        seed: int) -> Iterator[records.SampleBatch]:
         encoded = self.shard_stream_documents(data_dir, split, shard_id, num_shards)
         table = self.start_piece_table(data_dir)
-        cfg = RecordSettings.from_hparams(self.hparams)
+        cfg = XlnetRecordSettings.from_hparams(self.hparams)
         for pass_id in range(self.hparams.num_passes):
             rng = shard_np_rng(seed, f"{split}/pass-{pass_id}", shard_id)
             data, sent_ids = pass_stream(encoded, rng)

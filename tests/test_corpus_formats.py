@@ -1,4 +1,4 @@
-"""Corpora in every format (framework/corpus_formats.py, issue 23): files written by the real libraries
+"""Corpora in every format (framework/corpus_formats/): files written by the real libraries
 (pyarrow, datasets, zstandard, a MediaWiki export made here) give the shards of the same text as plain
 text, byte for byte, through the real `textrain-datagen`; bad input is one line naming the file and place."""
 from __future__ import annotations
@@ -290,15 +290,15 @@ def test_compressed_parquet_is_refused(work, tmp_path):
 
 
 def test_beam_runner_same_shards(work, tmp_path, split_corpus):
-    """--runner=beam renders the units as a Beam stage and writes the shards local datagen wrote from the
-    plain text; nothing rendered is left."""
+    """--runner=beam reads the partitions as a Beam stage, shuffles them to the shards through the engine and
+    writes the shards local datagen wrote from the plain text; nothing is left."""
     pytest.importorskip("apache_beam")
     pattern, reference, units = split_corpus
     direct_2 = "--runner=DirectRunner --direct_num_workers=2 --direct_running_mode=multi_processing"
     out = str(tmp_path / "beam")
     proc = datagen(out, *BERT, f"--input_file={pattern}", f"--vocab_file={work['vocab']}",
                    "--sentence_splitter=none", "--runner=beam", f"--beam_pipeline_options={direct_2}")
-    assert f"{units} corpus units to render" in proc.stderr
+    assert f"{units} partitions" in proc.stderr
     assert shard_bytes(out) == reference
     assert leftovers(out) == []
 
@@ -307,9 +307,9 @@ def test_beam_runner_same_shards(work, tmp_path, split_corpus):
 # work split by file and row group: any number of workers, the same shards; nothing left
 # ----------------------------------------------------------------------------------------------- #
 def leftovers(data_dir: str) -> list[str]:
-    """Rendered corpus files and temporary files left in a data_dir."""
-    return sorted(p for p in glob.glob(os.path.join(data_dir, "**", "*"), recursive=True)
-                  if ".rendered" in p or p.endswith(".incomplete"))
+    """Rendered corpus files, spill files and temporary files left in a data_dir."""
+    return sorted(p for p in glob.glob(os.path.join(data_dir, "**", "*"), recursive=True, include_hidden=True)
+                  if ".rendered" in p or ".shuffle" in p or p.endswith(".incomplete"))
 
 
 @pytest.fixture(scope="module")
@@ -333,15 +333,31 @@ def split_corpus(work):
 
 @pytest.mark.parametrize("workers", [1, 2, 3])
 def test_units_of_files_and_row_groups_same_shards_any_workers(work, tmp_path, split_corpus, workers):
-    """Three files, split into units by file, row group and record batch, rendered by 1, 2 or 3 workers:
-    the shards of the same files as plain text, and nothing rendered left behind."""
+    """Three files, split into partitions by file, row group and record batch, read by 1, 2 or 3 workers:
+    the shards of the same files as plain text, and no spill file left behind."""
     pattern, reference, units = split_corpus
     out = str(tmp_path / "out")
     proc = datagen(out, *BERT, f"--input_file={pattern}", f"--vocab_file={work['vocab']}",
                    "--sentence_splitter=none", f"--num_workers={workers}")
-    assert f"rendered 3 corpus files ({units} units)" in proc.stderr
+    assert f"3 files -> {units} partitions" in proc.stderr
     assert shard_bytes(out) == reference
     assert leftovers(out) == []
+
+
+def test_tasks_one_after_another_read_each_partition_once(work, tmp_path, split_corpus):
+    """--num_tasks=2 run one after the other: the first task reads every partition, the second reads none
+    (it finds the spill files) and writes the manifests; the shards are one run's, and no spill is left."""
+    pattern, reference, units = split_corpus
+    out = str(tmp_path / "tasks")
+    common = [*BERT, f"--input_file={pattern}", f"--vocab_file={work['vocab']}", "--sentence_splitter=none",
+              "--num_tasks=2"]
+    first = datagen(out, *common, "--task_id=0")
+    assert f"shuffle (partitions read): {units}/{units}, {len(work['docs'])} documents" in first.stderr
+    assert leftovers(out) != []  # the spill files wait for task 1
+    second = datagen(out, *common, "--task_id=1")
+    assert f"shuffle (partitions read): {units}/{units}, 0 documents" in second.stderr
+    assert shard_bytes(out) == reference
+    assert leftovers(out) == [] and glob.glob(os.path.join(out, "*", "*.manifest.json"))
 
 
 def test_failure_mid_way_leaves_nothing(work, tmp_path):
@@ -482,7 +498,7 @@ def test_csv_pyarrow_and_csv_module_give_the_same_records(tmp_path):
     for name in [*cases, "not_utf8.csv", "z.csv.gz"]:
         delimiter = "\t" if name.endswith(".tsv") else ","
         path = str(tmp_path / name)
-        both = records(corpus_formats._csv_batches(path, ("text", "id"), None, delimiter))
-        alone = records(corpus_formats._csv_python_batches(path, ("text", "id"), delimiter))
+        both = records(corpus_formats.delimited._csv_batches(path, ("text", "id"), None, delimiter))
+        alone = records(corpus_formats.delimited._csv_python_batches(path, ("text", "id"), delimiter))
         assert both == alone, name
         assert alone and (name != "short_row.csv" or ("bad", "line 3", "no field 'text'") in alone[1])

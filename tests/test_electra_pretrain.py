@@ -200,7 +200,7 @@ def read_records(path: str, length: int) -> list[dict]:
 
 def test_generate_data_records_manifest_and_reading(tmp_path):
     from textrain.framework.problem import DataParams
-    problem = make_problem(dev_fraction=0.1)
+    problem = make_problem(dev_fraction=0.3)
     manifests = problem.generate_data(str(tmp_path), str(tmp_path / "tmp"), seed=3)
     train, dev = manifests["train"], manifests["dev"]
     settings = train["settings"]

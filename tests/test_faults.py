@@ -565,3 +565,96 @@ def test_a_corpus_of_one_long_word_is_one_line_naming_the_flag_and_leaves_nothin
     assert last.startswith(f"textrain-datagen: error: --input_file={corpus}: no word to build a WordPiece vocab")
     assert "longer than 200 characters" in last and "generator object" not in last
     assert not (tmp_path / "data" / "bert_pretrain").exists()
+
+
+# ------------------------------------------------------------------------------------- corpus readers
+def _bert_datagen(data_dir, *extra, timeout=300):
+    return _run(["textrain.framework.datagen", "--problem=bert_pretrain", f"--data_dir={data_dir}",
+                 "--vocab_size=100", "--max_seq_length=32", "--max_predictions_per_seq=5", *extra],
+                env=_env(), timeout=timeout)
+
+
+def test_a_csv_row_with_extra_fields_is_an_error_naming_its_line_or_a_skipped_record(tmp_path):
+    """Under the header `id,text`, a row `41,"x",extra,fields` is not read as the text `x`: without
+    --skip_bad_records it is one error line naming the file and line, and nothing is left; with it, the
+    row is left out and counted."""
+    path = tmp_path / "corpus.csv"
+    path.write_text('id,text\n1,"Hello there. A first document."\n41,"x",extra,fields\n2,"Another one."\n')
+    data = tmp_path / "data"
+    proc = _bert_datagen(data, f"--input_file={path}")
+    line = _error_line(proc, "textrain-datagen")
+    assert proc.returncode == 1 and f"{path}: line 3: 4 fields where the header has 2" in line, line
+    assert not data.exists()
+    proc = _bert_datagen(data, f"--input_file={path}", "--skip_bad_records=1")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "skipped 1 bad record(s) (--skip_bad_records=1): line 3" in proc.stderr
+
+
+def test_a_folder_that_is_not_a_corpus_says_what_a_corpus_folder_needs(tmp_path):
+    folder = tmp_path / "stuff"
+    folder.mkdir()
+    (folder / "foo.bin").write_bytes(b"\x00\x01")
+    (folder / "readme.md").write_text("# notes\n")
+    data = tmp_path / "data"
+    proc = _bert_datagen(data, f"--input_file={folder}")
+    line = _error_line(proc, "textrain-datagen")
+    assert proc.returncode == 1 and f"{folder}: a directory that is not a corpus" in line, line
+    assert "neither a `datasets` save_to_disk directory (it needs state.json" in line, line
+    assert "nor a folder of corpus files (it needs files named" in line and "foo.bin, readme.md" in line, line
+    assert not data.exists()
+    (folder / "a.txt").write_text("A document of a folder of corpus files.\nIts second line.\n")
+    proc = _bert_datagen(data, f"--input_file={folder}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def test_a_failed_datagen_leaves_no_data_dir_it_made(tmp_path):
+    data = tmp_path / "new" / "data"
+    (tmp_path / "new").mkdir()
+    proc = _bert_datagen(data)  # no --input_file
+    line = _error_line(proc, "textrain-datagen")
+    assert proc.returncode == 1 and "--input_file is required" in line
+    assert os.listdir(tmp_path / "new") == []
+
+
+def _spills(problem_dir) -> list[str]:
+    return sorted(glob.glob(os.path.join(problem_dir, ".shuffle", "part-*.spill")))
+
+
+def test_kill_9_during_the_shuffle_then_a_rerun_gives_the_clean_runs_shards(tmp_path):
+    """datagen SIGKILLed while its partition jobs write their spill files: the re-run keeps the finished
+    spill files (the same plan), reads the other partitions, and its shards equal an uninterrupted run's;
+    no spill file is left."""
+    with open(EMMA, encoding="utf-8") as f:
+        text = f.read()
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for i in range(24):  # 24 files of ~0.5 MB: 24 partitions, written one after another by one worker
+        (corpus / f"part{i:02d}.txt").write_text(text.replace("Emma", f"Emma{i}") * 6)
+    args = [f"--input_file={corpus}/*.txt", "--num_shards=3", "--dupe_factor=1"]
+    clean = tmp_path / "clean"
+    assert _bert_datagen(clean, *args).returncode == 0
+    killed = tmp_path / "killed"
+    vocab = os.path.join(clean, "bert_pretrain", "vocab.txt")
+    proc = subprocess.Popen([sys.executable, "-m", "textrain.framework.datagen", "--problem=bert_pretrain",
+                             f"--data_dir={killed}", f"--vocab_file={vocab}", "--max_seq_length=32",
+                             "--max_predictions_per_seq=5", *args],
+                            cwd=REPO, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    problem_dir = os.path.join(killed, "bert_pretrain")
+    deadline = time.time() + 240
+    while len(_spills(problem_dir)) < 2 and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate()
+    finished = _spills(problem_dir)
+    assert 2 <= len(finished) < 24 and not glob.glob(os.path.join(problem_dir, "*.tfrecord")), finished
+    proc = _run(["textrain.framework.datagen", "--problem=bert_pretrain", f"--data_dir={killed}",
+                 f"--vocab_file={vocab}", "--max_seq_length=32", "--max_predictions_per_seq=5", *args,
+                 "--verbosity=1"], env=_env(), timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "resuming the corpus shuffle" in proc.stderr
+    assert not os.path.exists(os.path.join(problem_dir, ".shuffle"))
+
+    def shards(root):
+        return {os.path.basename(p): hashlib.sha256(open(p, "rb").read()).hexdigest()
+                for p in glob.glob(os.path.join(root, "bert_pretrain", "*.tfrecord"))}
+    assert shards(clean) == shards(killed) and len(shards(clean)) == 3

@@ -1,0 +1,376 @@
+"""Datagen's corpus shuffle: the corpus cut into partitions that are each read once, every document sent to
+its (split, shard) by a hash of its text, and each shard job reading only its own documents.
+
+Decisions:
+- Partitions (`plan_partitions`, cheap: a stat per file and a few KB read near each cut): a local or
+  remote plain uncompressed file is cut into byte ranges of about `partition_bytes`, each cut moved to
+  the end of the next run of blank lines, so a range starts and ends at a document boundary and its
+  job reads only its own bytes (as Beam's text source splits). A compressed file, a structured file
+  (its records are parsed by one job), and a file whose whole text is one document are one partition.
+- Assignment (`assign`): a document's key is its stripped non-empty lines joined by newlines, the same
+  for the same text in any format; blake2b-64 of the key decides the split (dev when its top 53 bits,
+  as a fraction, fall below dev_fraction: an expected, not exact, share) and the shard (the hash mod
+  the split's shard count). It depends on the text alone: not on the partitioning, workers or tasks.
+- Order: a shard's documents come in corpus order (partition order, then order within the partition,
+  which is file order then byte/record order), so cutting the corpus differently gives the same shard.
+- Spill files (local runner, --num_tasks): one per partition, `<spill dir>/part-NNNNN.spill`: the
+  partition's documents grouped by (split, shard), each group a run of length-prefixed UTF-8 texts,
+  then a JSON index {"split/shard": [offset, bytes, count]} and its 8-byte length. Written as
+  `.incomplete` and renamed when whole, so a re-run after a kill keeps the finished ones (when the
+  plan, recorded in `plan.json`, is the same). Memory: one partition's documents.
+- A shard job (`shard_texts`) reads its group of every spill file in partition order. Without an
+  active spill directory (a problem's generate_encoded_samples, tests) it reads every partition and
+  keeps its own documents: the same texts, in the same order.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import json
+import os
+import re
+import struct
+from typing import Iterable, Iterator
+
+from absl import logging
+
+from textrain.framework import corpus, corpus_formats, fileio, locks
+
+DEFAULT_PARTITION_MB = 64
+_PROBE_BYTES = 1 << 16  # read at a time when moving a cut to the next document boundary
+_FOOTER = struct.Struct("<Q")
+_LENGTH = struct.Struct("<I")
+SPLIT_TRAIN, SPLIT_EVAL = "train", "dev"
+
+
+@dataclasses.dataclass(frozen=True)
+class DocumentCorpus:
+    """What a problem declares to read its documents through the shuffle (Problem.document_corpus)."""
+
+    paths: tuple[str, ...]
+    on_bad_utf8: str = "error"
+    dev_fraction: float = 0.0
+    whole_files: bool = False  # a file's whole text is one document (no blank-line separation)
+
+
+@dataclasses.dataclass(frozen=True)
+class Partition:
+    """One job's share of the corpus: a file, or the byte range [start, end) of a plain file."""
+
+    index: int
+    file_index: int
+    path: str
+    start: int = 0
+    end: int | None = None  # None: the whole file
+    part: tuple[int, int] | None = None  # Parquet row groups / Arrow record batches [start, stop)
+
+    @property
+    def byte_range(self) -> tuple[int, int] | None:
+        return None if self.end is None else (self.start, self.end)
+
+
+def _record_parts(path: str, whole_files: bool) -> bool:
+    """A structured file whose records are documents: read by parts (row groups, record batches)."""
+    return (not whole_files and corpus_formats.is_structured(path)
+            and path.options.layout == "documents")  # type: ignore[attr-defined]
+
+
+def _splittable(path: str, whole_files: bool) -> bool:
+    return not (whole_files or corpus.is_compressed(path) or corpus_formats.is_structured(path))
+
+
+_SEPARATOR = re.compile(b"\n(?:[ \t\r\f\v]*\n)+")  # blank lines: a cut never needs the rare Unicode spaces
+
+
+def _next_boundary(f, cut: int, size: int) -> int:
+    """The first document boundary at or after `cut`: the end of a run of blank lines (or the file's end).
+    Reads only a few KB from cut - 1 on. A run of blank lines cut by the probe window ends the range
+    early; the rest are blank lines at the next range's start, which hold no document."""
+    pos = max(cut - 1, 0)
+    while pos < size:
+        f.seek(pos)
+        window = f.read(_PROBE_BYTES + 1)
+        m = _SEPARATOR.search(window)
+        if m is not None:
+            return min(pos + m.end(), size)
+        if len(window) <= _PROBE_BYTES:
+            break
+        pos += _PROBE_BYTES  # the window's last byte is looked at again with the next window
+    return size
+
+
+def plan_partitions(corpus_spec: DocumentCorpus, partition_bytes: int) -> list[Partition]:
+    """The corpus's partitions, in corpus order (see the module docstring)."""
+    out: list[Partition] = []
+    for file_index, path in enumerate(corpus_spec.paths):
+        if _record_parts(path, corpus_spec.whole_files):
+            base = len(out)
+            out.extend(Partition(base + i, file_index, path, part=part)
+                       for i, part in enumerate(corpus_formats.parts_of(path)))
+            continue
+        size = fileio.stat(path).length if _splittable(path, corpus_spec.whole_files) else 0
+        if size <= partition_bytes:
+            out.append(Partition(len(out), file_index, path))
+            continue
+        with fileio.open_file(path, "rb") as f:
+            start = 0
+            while start < size:
+                end = size if size - start <= partition_bytes else _next_boundary(f, start + partition_bytes, size)
+                out.append(Partition(len(out), file_index, path, start, end))
+                start = end
+    return out
+
+
+def document_key(text: str) -> str:
+    """What a document is hashed by: its stripped, non-empty lines (the same in every format)."""
+    return "\n".join(corpus.document_lines(text))
+
+
+def assign(text: str, dev_fraction: float, shards: dict[str, int]) -> tuple[str, int]:
+    """(split, shard) of a document: a hash of its text alone (module docstring)."""
+    h = int.from_bytes(hashlib.blake2b(document_key(text).encode("utf-8"), digest_size=8).digest(), "little")
+    split = SPLIT_EVAL if dev_fraction > 0 and (h >> 11) / float(1 << 53) < dev_fraction else SPLIT_TRAIN
+    return split, h % shards.get(split, 1)
+
+
+def partition_texts(corpus_spec: DocumentCorpus, part: Partition,
+                    bad: list[tuple[str, str]] | None = None) -> Iterator[str]:
+    """The documents of one partition, as raw texts, in file order; a structured file's bad records
+    skipped (--skip_bad_records) are added to `bad` (their file's total is checked by the caller, or
+    here when `bad` is None)."""
+    if _record_parts(part.path, corpus_spec.whole_files):
+        texts, places = corpus_formats.part_documents(part.path, part.part)
+        if bad is None:
+            corpus_formats.check_bad_records([(part.path, places)])
+        else:
+            bad.extend(places)
+        yield from texts
+        return
+    if corpus_spec.whole_files:
+        text = corpus.read_text(part.path, corpus_spec.on_bad_utf8)
+        if text and not text.isspace():
+            yield text
+        return
+    try:
+        yield from corpus.iter_document_texts([part.path], corpus_spec.on_bad_utf8, byte_range=part.byte_range)
+    except corpus.CorpusError as e:
+        raise _with_file_line(e, part) from None
+
+
+def _with_file_line(e: Exception, part: Partition) -> Exception:
+    """An error of a range that starts inside its file names the file's line, not the range's."""
+    m = re.match(re.escape(part.path) + r":(\d+):", str(e))
+    if not part.start or m is None:
+        return e
+    with fileio.open_file(part.path, "rb") as f:
+        before = corpus._count_newlines(f, part.start)
+    return type(e)(f"{part.path}:{int(m.group(1)) + before}:" + str(e)[m.end():])
+
+
+# ---------------------------------------------------------------------------------------------- spills
+def spill_path(directory: str, part: Partition) -> str:
+    return os.path.join(directory, f"part-{part.index:05d}.spill")
+
+
+def _group(split: str, shard: int) -> str:
+    return f"{split}/{shard}"
+
+
+def write_spill(corpus_spec: DocumentCorpus, part: Partition, shards: dict[str, int], directory: str) -> int:
+    """Read one partition and write its documents grouped by (split, shard) to its spill file (atomically),
+    with the partition's bad records (checked per file once every spill exists: `bad_records`); returns
+    the partition's document count."""
+    path = spill_path(directory, part)
+    groups: dict[str, list[bytes]] = {}
+    count = 0
+    bad: list[tuple[str, str]] = []
+    for text in partition_texts(corpus_spec, part, bad):
+        split, shard = assign(text, corpus_spec.dev_fraction, shards)
+        data = text.encode("utf-8")
+        groups.setdefault(_group(split, shard), []).extend((_LENGTH.pack(len(data)), data))
+        count += 1
+    index: dict[str, list[int]] = {}
+    tmp = fileio.incomplete_path(path)
+    try:
+        with fileio.open_file(tmp, "wb") as f:
+            offset = 0
+            for name in sorted(groups):
+                body = b"".join(groups.pop(name))
+                f.write(body)
+                index[name] = [offset, len(body)]
+                offset += len(body)
+            footer = json.dumps({"groups": index, "bad": bad}, sort_keys=True).encode()
+            f.write(footer + _FOOTER.pack(len(footer)))
+        fileio.rename(tmp, path, overwrite=True)
+    except BaseException:
+        fileio.remove_if_exists(tmp)
+        raise
+    return count
+
+
+def _claim_path(directory: str, part: Partition) -> str:
+    return os.path.join(directory, f"part-{part.index:05d}.claim")
+
+
+def claim(directory: str, part: Partition) -> bool:
+    """Take the partition for this process (tasks sharing a data_dir read each partition once): True when
+    it is ours to read, False when its spill exists or a live process holds it. A claim of a process of
+    this machine that died is taken over; one of another machine is trusted (that task is running)."""
+    if fileio.exists(spill_path(directory, part)):
+        return False
+    path = _claim_path(directory, part)
+    mine = json.dumps({"host": locks.HOST, "pid": os.getpid()})
+    if locks.create_file(path, mine):
+        return True
+    holder = _read_json(path)
+    if holder.get("host") == locks.HOST and holder.get("pid") == os.getpid():
+        return True
+    if holder.get("host") != locks.HOST or locks.process_running(int(holder.get("pid") or 0)):
+        return False
+    fileio.remove_if_exists(path)  # its holder died: take it over (of two takers at once, one creates it)
+    return locks.create_file(path, mine) and not fileio.exists(spill_path(directory, part))
+
+
+def _read_json(path: str) -> dict:
+    try:
+        return fileio.read_json(path) or {}
+    except (ValueError, *fileio.not_found_errors(), *fileio.file_errors()):
+        return {}
+
+
+def _footer(path: str) -> tuple[dict, int]:
+    with fileio.open_file(path, "rb") as f:
+        size = fileio.stat(path).length
+        f.seek(size - _FOOTER.size)
+        (n,) = _FOOTER.unpack(f.read(_FOOTER.size))
+        f.seek(size - _FOOTER.size - n)
+        return json.loads(f.read(n)), size
+
+
+def bad_records(directory: str, parts: list[Partition]) -> list[tuple[str, list[tuple[str, str]]]]:
+    """(file, bad records) of every partition, from the spill files' footers."""
+    return [(part.path, [tuple(b) for b in _footer(spill_path(directory, part))[0]["bad"]]) for part in parts]
+
+
+def read_group(path: str, split: str, shard: int) -> Iterator[str]:
+    """The texts of one (split, shard) group of a spill file: its index, then only that slice."""
+    footer, _ = _footer(path)
+    where = footer["groups"].get(_group(split, shard))
+    if where is None:
+        return
+    with fileio.open_file(path, "rb") as f:
+        f.seek(where[0])
+        body = f.read(where[1])
+    pos = 0
+    while pos < len(body):
+        (length,) = _LENGTH.unpack_from(body, pos)
+        pos += _LENGTH.size
+        yield body[pos:pos + length].decode("utf-8")
+        pos += length
+
+
+@dataclasses.dataclass(frozen=True)
+class Spills:
+    """A run's finished spill directory: what the shard jobs read from (plain data: it pickles to workers)."""
+
+    directory: str
+    num_partitions: int
+
+    def texts(self, split: str, shard: int) -> Iterator[str]:
+        for i in range(self.num_partitions):
+            yield from read_group(spill_path(self.directory, Partition(i, 0, "")), split, shard)
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupedTexts:
+    """One shard's documents as an engine's shuffle delivered them (the Beam runner): the texts in corpus
+    order."""
+
+    split: str
+    shard: int
+    documents: tuple[str, ...]
+
+    def texts(self, split: str, shard: int) -> Iterator[str]:
+        if (split, shard) != (self.split, self.shard):
+            raise ValueError(f"shard {split}-{shard} asked of the documents of {self.split}-{self.shard}")
+        return iter(self.documents)
+
+
+_ACTIVE: list[Spills | GroupedTexts] = []
+
+
+@contextlib.contextmanager
+def reading_spills(spills: Spills | GroupedTexts | None) -> Iterator[None]:
+    """Within the block, `shard_texts` reads from `spills` (the shard jobs of every runner)."""
+    if spills is None:
+        yield
+        return
+    _ACTIVE.append(spills)
+    try:
+        yield
+    finally:
+        _ACTIVE.remove(spills)
+
+
+def shard_texts(corpus_spec: DocumentCorpus, split: str, shard: int, num_shards: int) -> Iterator[str]:
+    """The documents of one shard, as raw texts in corpus order: THE way a problem's shard job gets them."""
+    if _ACTIVE:
+        yield from _ACTIVE[-1].texts(split, shard)
+        return
+    shards = {split: num_shards}
+    for text in all_texts(corpus_spec):
+        if assign(text, corpus_spec.dev_fraction, shards) == (split, shard):
+            yield text
+
+
+def all_texts(corpus_spec: DocumentCorpus) -> Iterable[str]:
+    """Every document of the corpus, in corpus order (bad records checked per file)."""
+    parts = plan_partitions(corpus_spec, 1 << 62)
+    bad: list[tuple[str, str]] = []
+    for i, part in enumerate(parts):
+        yield from partition_texts(corpus_spec, part, bad)
+        if i + 1 == len(parts) or parts[i + 1].file_index != part.file_index:
+            corpus_formats.check_bad_records([(part.path, bad)])
+            bad = []
+
+
+def plan_identity(corpus_spec: DocumentCorpus, parts: list[Partition], shards: dict[str, int]) -> dict:
+    """What a spill directory was made for: a re-run keeps its finished spills only when this is equal."""
+    files = []
+    for path in corpus_spec.paths:
+        st = fileio.stat(path)
+        files.append([str(path), st.length, getattr(st, "mtime_nsec", 0)])
+    return {"corpus": dataclasses.asdict(corpus_spec) | {"paths": [str(p) for p in corpus_spec.paths]},
+            "files": files, "shards": shards,
+            "partitions": [[p.file_index, p.start, p.end] for p in parts]}
+
+
+def prepare_directory(directory: str, identity: dict) -> None:
+    """Keep the spill directory when it was made for the same plan (a dead run's, or one another task is
+    filling); otherwise start it afresh. A new one appears whole, plan.json inside (made aside, then
+    renamed), so a task never sees a spill directory without its plan."""
+    marker = os.path.join(directory, "plan.json")
+    expected = json.loads(json.dumps(identity))
+    for _ in range(2):
+        if fileio.exists(marker) and _read_json(marker) == expected:
+            logging.info("resuming the corpus shuffle in %s", directory)
+            locks.remove_stale_incomplete(directory)
+            return
+        if fileio.exists(directory):
+            fileio.rmtree(directory)
+        fresh = f"{directory}-{locks.HOST}-{os.getpid()}.new"
+        fileio.makedirs(fresh)
+        fileio.write_json_atomic(os.path.join(fresh, "plan.json"), identity)
+        try:
+            fileio.rename(fresh, directory)
+            return
+        except (OSError, *fileio.file_errors()):  # another task made it first: use theirs
+            fileio.rmtree(fresh)
+    raise RuntimeError(f"{directory}: tasks keep replacing the corpus shuffle's directory: do they run "
+                       f"with the same settings?")
+
+
+def remove_directory(directory: str) -> None:
+    if fileio.exists(directory):
+        fileio.rmtree(directory)
