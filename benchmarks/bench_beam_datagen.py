@@ -16,7 +16,7 @@ over its whole process tree (polled every 0.2 s until it exits):
             read_bytes (what came from the block device; small when the corpus sits in the page cache)
   peak RSS  the largest VmHWM of any process of the tree (and the launcher's)
 
-Steps (--steps, in this order; each run's figures are saved in WORK_DIR/results keyed by the git commit, so a
+Steps (--steps, in this order; each run's figures are saved in WORK_DIR/results keyed by the last commit of framework/ and problems/, so a
 re-run of the same commit reuses them unless --fresh):
 
   shards    local runner, 1 worker, at --shards (default 8, 64, 256): CPU-s per MB and bytes read per shard count
@@ -220,7 +220,9 @@ def digest(hashes: dict[str, str]) -> str:
 
 
 def commit() -> str:
-    got = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    """The last commit that changed the datagen code (a docs or benchmark commit keeps the saved figures)."""
+    got = subprocess.run(["git", "log", "-1", "--format=%h", "--", "framework", "problems"], cwd=ROOT,
+                         capture_output=True, text=True)
     return got.stdout.strip() or "unknown"
 
 
