@@ -20,9 +20,9 @@ Steps (--steps, in this order; each run's figures are saved in WORK_DIR/results 
 re-run of the same commit reuses them unless --fresh):
 
   shards    local runner, 1 worker, at --shards (default 8, 64, 256): CPU-s per MB and bytes read per shard count
-  tasks     --num_tasks=4, task_id 0..3 one after another in one data_dir, 64 shards, against one task
-  beam      --runner=beam, DirectRunner with 2 workers (multi_processing), 64 shards: shard hashes vs local
-  memory    64 shards on the first half of the corpus against the whole: peak RSS as the corpus doubles
+  tasks     --num_tasks=4, task_id 0..3 one after another in one data_dir, --num_shards (64), against one task
+  beam      --runner=beam, DirectRunner with 2 workers (multi_processing), --num_shards: shard hashes vs local
+  memory    --num_shards on the first half of the corpus against the whole: peak RSS as the corpus doubles
 
 then a projection to 100 GB and 1 TB on N workers from the measured per-MB costs. The machine may be shared:
 CPU seconds are the comparable figures; the load average is printed at the start and the end.
@@ -44,7 +44,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CORPORA = os.path.join(ROOT, "..", "shared", "corpora", "en")
-MIN_DOCUMENTS = (1 << 20) + 1
+MIN_DOCUMENTS = (1 << 20) + 1  # past 2^20: where no per-process document index can stand in
 DIRECT_2 = "--runner=DirectRunner --direct_running_mode=multi_processing --direct_num_workers=2"
 
 
@@ -58,8 +58,8 @@ def en_lines(corpora: str) -> list[bytes]:
     return out
 
 
-def make_corpus(path: str, megabytes: float, corpora: str) -> dict:
-    """Short documents from en/'s sentences until >= `megabytes` MB and > 2^20 documents. Copy c groups the
+def make_corpus(path: str, megabytes: float, corpora: str, min_documents: int = MIN_DOCUMENTS) -> dict:
+    """Short documents from en/'s sentences until >= `megabytes` MB and >= `min_documents` documents. Copy c groups the
     sentences in documents of 3 + c % 4 lines, starting c // 4 lines later, so copies do not repeat documents
     (a document's shard is a hash of its text). Cached: written as .incomplete, renamed when whole."""
     meta_path = path + ".json"
@@ -71,13 +71,13 @@ def make_corpus(path: str, megabytes: float, corpora: str) -> dict:
     lines = en_lines(corpora)
     budget, written, documents, copy = int(megabytes * 1e6), 0, 0, 0
     with open(path + ".incomplete", "wb") as out:
-        while written < budget or documents < MIN_DOCUMENTS:
+        while written < budget or documents < min_documents:
             size, start = 3 + copy % 4, copy // 4
             for i in range(start, len(lines) - size, size):
                 doc = b"".join(lines[i:i + size]) + b"\n"
                 out.write(doc)
                 written, documents = written + len(doc), documents + 1
-                if written >= budget and documents >= MIN_DOCUMENTS:
+                if written >= budget and documents >= min_documents:
                     break
             copy += 1
     os.replace(path + ".incomplete", path)
@@ -271,7 +271,7 @@ def datagen_run(runs: Runs, name: str, work: str, corpus: str, vocab: str, num_s
 
 # --------------------------------------------------------------------------------------------- report
 def project(local: dict, beam: dict | None, megabytes: float) -> None:
-    """100 GB and 1 TB on N workers of 4 cores, from the 64-shard local run's per-MB CPU and the Beam run's
+    """100 GB and 1 TB on N workers of 4 cores, from the --num_shards local run's per-MB CPU and the Beam run's
     extra CPU per MB (its engine shuffle: every document travels once through CoGroupByKey)."""
     per_mb = local["cpu"] / megabytes
     shuffle_per_mb = max(0.0, (beam["cpu"] - local["cpu"]) / megabytes) if beam else None
@@ -293,7 +293,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--work_dir", default="/tmp/bench_beam_scale", help="corpus, vocab and results (kept)")
     parser.add_argument("--mb", type=float, default=520.0, help="corpus size in MB (at least 2^20 documents)")
-    parser.add_argument("--shards", default="8,64,256")
+    parser.add_argument("--shards", default="8,64,256", help="the shard counts of the shards step")
+    parser.add_argument("--num_shards", type=int, default=64, help="the shard count of the other steps")
+    parser.add_argument("--min_documents", type=int, default=MIN_DOCUMENTS)
     parser.add_argument("--steps", default="shards,tasks,beam,memory")
     parser.add_argument("--vocab_mb", type=float, default=10.0)
     parser.add_argument("--corpora", default=CORPORA, help="folder of *.txt.gz text (default ../shared/corpora/en)")
@@ -302,7 +304,7 @@ def main() -> None:
     steps = set(filter(None, args.steps.split(",")))
     os.makedirs(args.work_dir, exist_ok=True)
     corpus = os.path.join(args.work_dir, f"corpus-{args.mb:g}MB.txt")
-    meta = make_corpus(corpus, args.mb, args.corpora)
+    meta = make_corpus(corpus, args.mb, args.corpora, args.min_documents)
     vocab = ensure_vocab(args.work_dir, args.vocab_mb, args.corpora)
     mb = meta["bytes"] / 1e6
     runs = Runs(args.work_dir, args.fresh)
@@ -319,37 +321,48 @@ def main() -> None:
             print(f"  {name}: {r['cpu'] / mb:.3f} CPU-s/MB ({r['cpu'] / base['cpu']:.2f}x the first), read "
                   f"{r['rchar'] / meta['bytes']:.2f}x the corpus (rchar), {r['read_bytes'] / meta['bytes']:.2f}x "
                   f"(read_bytes)")
-    one = results.get("local-64") or datagen_run(runs, f"local-64shards-{args.mb:g}MB", args.work_dir, corpus, vocab, 64)
+    n = args.num_shards
     if "tasks" in steps:
-        print("tasks (--num_tasks=4, task_id 0..3 one after another, 64 shards):")
-        r = datagen_run(runs, f"tasks4-64shards-{args.mb:g}MB", args.work_dir, corpus, vocab, 64,
-                        [["--num_tasks=4", f"--task_id={t}"] for t in range(4)])
-        print(f"  4 tasks / 1 task CPU: {r['cpu'] / one['cpu']:.3f} (tasks {r['parts']} CPU-s); read "
-              f"{r['rchar'] / meta['bytes']:.2f}x the corpus; shards equal to one task's: {r['hashes'] == one['hashes']}")
-        results["tasks-4"] = r
+        print(f"tasks (--num_tasks=4, task_id 0..3 one after another, {n} shards):")
+        results["tasks-4"] = datagen_run(runs, f"tasks4-{n}shards-{args.mb:g}MB", args.work_dir, corpus, vocab, n,
+                                         [["--num_tasks=4", f"--task_id={t}"] for t in range(4)])
     if "beam" in steps:
         try:
             import apache_beam  # noqa: F401
-            print("Beam (DirectRunner, 2 workers, 64 shards):")
-            r = datagen_run(runs, f"beam2-64shards-{args.mb:g}MB", args.work_dir, corpus, vocab, 64,
-                            [["--runner=beam", f"--beam_pipeline_options={DIRECT_2}"]])
-            print(f"  Beam / local CPU: {r['cpu'] / one['cpu']:.3f}; read {r['rchar'] / meta['bytes']:.2f}x the "
-                  f"corpus; shards equal to local's: {r['hashes'] == one['hashes']}")
-            results["beam-2"] = r
         except ImportError:
             print("Beam: skipped (apache_beam is not importable from this Python)")
+        else:
+            print(f"Beam (DirectRunner, 2 workers, {n} shards):")
+            results["beam-2"] = datagen_run(runs, f"beam2-{n}shards-{args.mb:g}MB", args.work_dir, corpus, vocab, n,
+                                            [["--runner=beam", f"--beam_pipeline_options={DIRECT_2}"]])
     if "memory" in steps:
         half, half_meta = half_corpus(corpus, meta)
-        print(f"memory (64 shards, {half_meta['bytes'] / 1e6:.1f} MB then {mb:.1f} MB):")
-        r = datagen_run(runs, f"local-64shards-{args.mb:g}MB-half", args.work_dir, half, vocab, 64)
-        print(f"  peak RSS {r['peak_kb'] / 1024:.0f} MiB at {half_meta['bytes'] / 1e6:.0f} MB, "
+        print(f"memory ({n} shards, {half_meta['bytes'] / 1e6:.1f} MB against {mb:.1f} MB):")
+        results["half"] = datagen_run(runs, f"local-{n}shards-{args.mb:g}MB-half", args.work_dir, half, vocab, n)
+    # The reference, measured last when the shards step did not (a second invocation running other steps
+    # beside it finds it saved by then).
+    print(f"reference: local, 1 worker, {n} shards:")
+    one = results.get(f"local-{n}") or datagen_run(runs, f"local-{n}shards-{args.mb:g}MB", args.work_dir, corpus,
+                                                    vocab, n)
+    same = True
+    if "tasks-4" in results:
+        r = results["tasks-4"]
+        same &= r["hashes"] == one["hashes"]
+        print(f"tasks: 4 tasks / 1 task CPU {r['cpu'] / one['cpu']:.3f} (the tasks {r['parts']} CPU-s); read "
+              f"{r['rchar'] / meta['bytes']:.2f}x the corpus; shards equal to one task's: {r['hashes'] == one['hashes']}")
+    if "beam-2" in results:
+        r = results["beam-2"]
+        same &= r["hashes"] == one["hashes"]
+        print(f"Beam: Beam / local CPU {r['cpu'] / one['cpu']:.3f}; read {r['rchar'] / meta['bytes']:.2f}x the "
+              f"corpus; shards equal to local's: {r['hashes'] == one['hashes']}")
+    if "half" in results:
+        r = results["half"]
+        print(f"memory: peak RSS {r['peak_kb'] / 1024:.0f} MiB at {half_meta['bytes'] / 1e6:.0f} MB, "
               f"{one['peak_kb'] / 1024:.0f} MiB at {mb:.0f} MB ({one['peak_kb'] / max(r['peak_kb'], 1):.2f}x)")
     project(one, results.get("beam-2"), mb)
     print(f"load at end {loadavg()}")
-    hashes = [r["hashes"] for k, r in results.items() if k in ("tasks-4", "beam-2")]
-    if any(h != one["hashes"] for h in hashes):
+    if not same:
         raise SystemExit("shards differ between runners or task counts")
-
 
 if __name__ == "__main__":
     main()

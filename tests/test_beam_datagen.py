@@ -139,10 +139,11 @@ def test_killed_pipeline_leaves_no_manifest_and_a_rerun_completes(beam, tmp_path
     assert not [n for n in os.listdir(folder) if n.endswith(".incomplete")]
 
 
-def test_bench_scale_mode_keeps_documents_whole_and_refuses_differing_shards(beam, tmp_path):
-    """benchmarks/bench_beam_datagen.py --scale on a tiny corpus (2.5 copies of Emma), local runner only:
-    the corpus is whole copies plus a copy cut at a document end, written once and reused; a saved run
-    whose shards differ makes the script exit 1."""
+@pytest.mark.slow
+def test_bench_scale_measures_every_step_and_refuses_differing_shards(beam, tmp_path):
+    """benchmarks/bench_beam_datagen.py on a tiny corpus (Emma cut into short documents): every step runs
+    and agrees on the shards (tasks and Beam against local); the corpus is made once, the saved figures
+    are reused, and a saved run whose shards differ makes the script exit 1."""
     import gzip
     import shutil
 
@@ -151,32 +152,27 @@ def test_bench_scale_mode_keeps_documents_whole_and_refuses_differing_shards(bea
     with open(EMMA, "rb") as src, gzip.open(corpora / "emma.txt.gz", "wb") as dst:
         shutil.copyfileobj(src, dst)
     work = tmp_path / "work"
-    megabytes = 2.5 * os.path.getsize(EMMA) / 1e6
-    cmd = [sys.executable, os.path.join(REPO, "benchmarks", "bench_beam_datagen.py"), "--scale",
-           f"--mb={megabytes}", f"--vocab_mb={os.path.getsize(EMMA) / 1e6}", "--vocab_size=500", "--num_shards=3",
-           f"--corpora={corpora}", f"--work_dir={work}"]
+    cmd = [sys.executable, os.path.join(REPO, "benchmarks", "bench_beam_datagen.py"), "--mb=1", "--vocab_mb=0.5",
+           "--min_documents=2000", "--shards=2,3", "--num_shards=3", f"--corpora={corpora}", f"--work_dir={work}"]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    proc = subprocess.run(cmd + ["--configs=local-1"], capture_output=True, text=True, timeout=240, env=env)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=400, env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "identical across local-1: True" in proc.stdout
-
-    corpus = work / f"corpus-{megabytes:g}MB.txt"
+    assert "shards equal to one task's: True" in proc.stdout
+    assert "shards equal to local's: True" in proc.stdout
+    assert "projection" in proc.stdout
+    corpus = work / "corpus-1MB.txt"
     text = corpus.read_bytes()
-    copy = open(EMMA, "rb").read().rstrip(b"\n") + b"\n\n"
-    assert text[:2 * len(copy)] == copy * 2
-    assert len(text) >= megabytes * 1e6 and text.endswith(b"\n\n")
-    assert copy.startswith(text[2 * len(copy):])  # the third copy is cut ...
-    assert copy[len(text) - 2 * len(copy) - 2:].startswith(b"\n\n")  # ... where a document ends
+    documents = text.split(b"\n\n")
+    assert len(text) >= 1e6 and len(documents) > 2000 and text.endswith(b"\n\n")
+    assert all(3 <= d.count(b"\n") + 1 <= 6 for d in documents[:-1])  # short documents of 3-6 lines
     mtime = corpus.stat().st_mtime_ns
 
-    # A saved beam-1 result whose first shard differs: the table shows it and the script fails.
-    results = work / "results"
-    (saved,) = results.iterdir()
+    # The tasks' saved figures with a different shard: the script reuses them and fails.
+    (saved,) = (work / "results").glob("*-tasks4-*.json")
     r = json.loads(saved.read_text())
-    first = sorted(r["hashes"])[0]
-    r["hashes"][first] = "0" * 64
-    (results / saved.name.replace("--local-1", "--beam-1")).write_text(json.dumps(r))
-    proc = subprocess.run(cmd + ["--configs="], capture_output=True, text=True, timeout=240, env=env)
+    r["hashes"][sorted(r["hashes"])[0]] = "0" * 64
+    saved.write_text(json.dumps(r))
+    proc = subprocess.run(cmd + ["--steps=tasks"], capture_output=True, text=True, timeout=240, env=env)
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "identical across beam-1, local-1: False" in proc.stdout
+    assert "shards equal to one task's: False" in proc.stdout and "saved figures" in proc.stdout
     assert corpus.stat().st_mtime_ns == mtime  # reused, not written again
