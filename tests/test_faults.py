@@ -565,3 +565,57 @@ def test_a_corpus_of_one_long_word_is_one_line_naming_the_flag_and_leaves_nothin
     assert last.startswith(f"textrain-datagen: error: --input_file={corpus}: no word to build a WordPiece vocab")
     assert "longer than 200 characters" in last and "generator object" not in last
     assert not (tmp_path / "data" / "bert_pretrain").exists()
+
+
+# ============================================================================== Hugging Face directories
+HF_FIXTURES = os.path.join(HERE, "data", "hf")
+
+
+def _hf_copy(tmp_path, arch: str = "BertModel", name: str = "hf") -> str:
+    dst = str(tmp_path / name)
+    shutil.copytree(os.path.join(HF_FIXTURES, arch), dst)
+    return dst
+
+
+def _convert(*args, **kw):
+    return _run(["textrain.trainers.convert", *args], env=_env(), **kw)
+
+
+def _left_beside(tmp_path, *keep: str) -> list[str]:
+    return sorted(p for p in os.listdir(tmp_path) if p not in keep)
+
+
+@pytest.mark.parametrize("damage, named", [
+    (lambda data: data[:len(data) // 2], "incomplete metadata"),
+    (lambda data: b"this is not a safetensors file\n", "header"),
+])
+def test_damaged_safetensors_is_one_line_naming_the_file(tmp_path, damage, named):
+    hf = _hf_copy(tmp_path)
+    weights = os.path.join(hf, "model.safetensors")
+    with open(weights, "rb") as f:
+        data = f.read()
+    with open(weights, "wb") as f:
+        f.write(damage(data))
+    proc = _convert(f"--from_hf={hf}", f"--to_textrain={tmp_path / 'out'}")
+    assert proc.returncode == 1
+    line = _error_line(proc, "textrain-convert")
+    assert f"{weights}: truncated or not a safetensors file" in line and named in line
+    assert _left_beside(tmp_path, "hf") == []
+
+
+@pytest.mark.parametrize("change, named", [
+    (lambda c: c.pop("num_hidden_layers"), "field 'num_hidden_layers' is missing; a bert config needs an integer there"),
+    (lambda c: c.update(hidden_size="sixteen"), "field 'hidden_size' is 'sixteen'; expected an integer"),
+])
+def test_config_json_with_a_bad_field_is_one_line_naming_file_and_field(tmp_path, change, named):
+    hf = _hf_copy(tmp_path)
+    config_file = os.path.join(hf, "config.json")
+    with open(config_file, encoding="utf-8") as f:
+        config = json.load(f)
+    change(config)
+    with open(config_file, "w", encoding="utf-8") as f:
+        json.dump(config, f)
+    proc = _convert(f"--from_hf={hf}", f"--to_hf={tmp_path / 'out'}")
+    assert proc.returncode == 1
+    assert f"textrain-convert: error: {config_file}: {named}" == _error_line(proc, "textrain-convert")
+    assert _left_beside(tmp_path, "hf") == []
