@@ -619,3 +619,26 @@ def test_config_json_with_a_bad_field_is_one_line_naming_file_and_field(tmp_path
     assert proc.returncode == 1
     assert f"textrain-convert: error: {config_file}: {named}" == _error_line(proc, "textrain-convert")
     assert _left_beside(tmp_path, "hf") == []
+
+
+# ============================================================================== run/best as a checkpoint
+MAKE_BEST = '''
+import sys, tensorflow as tf
+from textrain.models.bert import BertClassifier, BertConfig
+model = BertClassifier(BertConfig.preset("tiny", vocab_size=99), num_labels=2)
+tf.train.Checkpoint(model=model).write(sys.argv[1] + "/ckpt-10")  # as best/ was written: no state file
+'''
+
+
+def test_from_textrain_takes_a_best_directory(tmp_path):
+    """`run/best` is a checkpoint directory for every reader (the resolver serves --from_textrain,
+    --init_checkpoint and finetune.init_checkpoint), also a best/ written before it had a `checkpoint` file."""
+    best = tmp_path / "run" / "best"
+    best.mkdir(parents=True)
+    proc = subprocess.run([sys.executable, "-c", MAKE_BEST, str(best)], env=_env(), capture_output=True, text=True,
+                          timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = _convert(f"--from_textrain={best}", "--model=bert_classifier", "--model_size=tiny", "--num_labels=2",
+                    f"--vocab_file={os.path.join(HF_FIXTURES, 'BertModel', 'vocab.txt')}", f"--to_hf={tmp_path / 'hf'}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (tmp_path / "hf" / "model.safetensors").exists()
