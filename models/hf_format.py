@@ -102,7 +102,37 @@ def read_config(path: str) -> dict[str, Any]:
         raise HFFormatError(f"{file}:{e.lineno}: not valid JSON: {e.msg}") from None
     if not isinstance(config, dict):
         raise HFFormatError(f"{file}: expected a JSON object, got {type(config).__name__}")
+    check_fields(config, file)
     return config
+
+
+# The size fields each family's table and config need (ints), and the optional numeric ones: checked when the
+# file is read, so a missing or mistyped field is named with its file, not met as a KeyError further on.
+_REQUIRED_INTS = {"bert": ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size"),
+                  "xlnet": ("vocab_size", "d_model", "n_layer", "n_head", "d_inner")}
+_REQUIRED_INTS["electra"] = _REQUIRED_INTS["bert"]
+_OPTIONAL_INTS = ("max_position_embeddings", "type_vocab_size", "embedding_size")
+_OPTIONAL_NUMBERS = ("hidden_dropout_prob", "attention_probs_dropout_prob", "initializer_range", "layer_norm_eps",
+                     "dropout")
+
+
+def check_fields(config: dict[str, Any], file: str) -> None:
+    """Each size field of the config's family present as an integer, each numeric field a number."""
+    names = config.get("architectures") or []
+    family = ARCHITECTURES[names[0]][0] if len(names) == 1 and names[0] in ARCHITECTURES else None
+    if family is None:
+        return  # architecture_of names what is wrong with `architectures`
+    for field in _REQUIRED_INTS[family]:
+        if field not in config:
+            raise HFFormatError(f"{file}: field {field!r} is missing; a {family} config needs an integer there")
+    for field in _REQUIRED_INTS[family] + _OPTIONAL_INTS:
+        value = config.get(field)
+        if field in config and value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise HFFormatError(f"{file}: field {field!r} is {value!r}; expected an integer")
+    for field in _OPTIONAL_NUMBERS:
+        value = config.get(field)
+        if field in config and value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise HFFormatError(f"{file}: field {field!r} is {value!r}; expected a number")
 
 
 def architecture_of(config: dict[str, Any], source: str) -> str:
@@ -138,13 +168,23 @@ def weight_files(path: str) -> list[str]:
 
 
 def read_hf_directory(path: str) -> HFCheckpoint:
-    from safetensors.numpy import load_file
     config = read_config(path)
     architecture = architecture_of(config, os.path.join(path, CONFIG))
     tensors: dict[str, np.ndarray] = {}
     for file in weight_files(path):
-        tensors.update(load_file(file))
+        tensors.update(read_safetensors(file))
     return HFCheckpoint(path, config, architecture, tensors)
+
+
+def read_safetensors(file: str) -> dict[str, np.ndarray]:
+    """The tensors of one safetensors file; a damaged one is an error naming it (safetensors' own message is
+    about its header, not the file)."""
+    from safetensors import SafetensorError
+    from safetensors.numpy import load_file
+    try:
+        return load_file(file)
+    except SafetensorError as e:
+        raise HFFormatError(f"{file}: truncated or not a safetensors file ({e})") from None
 
 
 # ------------------------------------------------------------------------------------ the name tables

@@ -658,3 +658,79 @@ def test_kill_9_during_the_shuffle_then_a_rerun_gives_the_clean_runs_shards(tmp_
         return {os.path.basename(p): hashlib.sha256(open(p, "rb").read()).hexdigest()
                 for p in glob.glob(os.path.join(root, "bert_pretrain", "*.tfrecord"))}
     assert shards(clean) == shards(killed) and len(shards(clean)) == 3
+
+# ============================================================================== Hugging Face directories
+HF_FIXTURES = os.path.join(HERE, "data", "hf")
+
+
+def _hf_copy(tmp_path, arch: str = "BertModel", name: str = "hf") -> str:
+    dst = str(tmp_path / name)
+    shutil.copytree(os.path.join(HF_FIXTURES, arch), dst)
+    return dst
+
+
+def _convert(*args, **kw):
+    return _run(["textrain.trainers.convert", *args], env=_env(), **kw)
+
+
+def _left_beside(tmp_path, *keep: str) -> list[str]:
+    return sorted(p for p in os.listdir(tmp_path) if p not in keep)
+
+
+@pytest.mark.parametrize("damage, named", [
+    (lambda data: data[:len(data) // 2], "incomplete metadata"),
+    (lambda data: b"this is not a safetensors file\n", "header"),
+])
+def test_damaged_safetensors_is_one_line_naming_the_file(tmp_path, damage, named):
+    hf = _hf_copy(tmp_path)
+    weights = os.path.join(hf, "model.safetensors")
+    with open(weights, "rb") as f:
+        data = f.read()
+    with open(weights, "wb") as f:
+        f.write(damage(data))
+    proc = _convert(f"--from_hf={hf}", f"--to_textrain={tmp_path / 'out'}")
+    assert proc.returncode == 1
+    line = _error_line(proc, "textrain-convert")
+    assert f"{weights}: truncated or not a safetensors file" in line and named in line
+    assert _left_beside(tmp_path, "hf") == []
+
+
+@pytest.mark.parametrize("change, named", [
+    (lambda c: c.pop("num_hidden_layers"), "field 'num_hidden_layers' is missing; a bert config needs an integer there"),
+    (lambda c: c.update(hidden_size="sixteen"), "field 'hidden_size' is 'sixteen'; expected an integer"),
+])
+def test_config_json_with_a_bad_field_is_one_line_naming_file_and_field(tmp_path, change, named):
+    hf = _hf_copy(tmp_path)
+    config_file = os.path.join(hf, "config.json")
+    with open(config_file, encoding="utf-8") as f:
+        config = json.load(f)
+    change(config)
+    with open(config_file, "w", encoding="utf-8") as f:
+        json.dump(config, f)
+    proc = _convert(f"--from_hf={hf}", f"--to_hf={tmp_path / 'out'}")
+    assert proc.returncode == 1
+    assert f"textrain-convert: error: {config_file}: {named}" == _error_line(proc, "textrain-convert")
+    assert _left_beside(tmp_path, "hf") == []
+
+
+# ============================================================================== run/best as a checkpoint
+MAKE_BEST = '''
+import sys, tensorflow as tf
+from textrain.models.bert import BertClassifier, BertConfig
+model = BertClassifier(BertConfig.preset("tiny", vocab_size=99), num_labels=2)
+tf.train.Checkpoint(model=model).write(sys.argv[1] + "/ckpt-10")  # as best/ was written: no state file
+'''
+
+
+def test_from_textrain_takes_a_best_directory(tmp_path):
+    """`run/best` is a checkpoint directory for every reader (the resolver serves --from_textrain,
+    --init_checkpoint and finetune.init_checkpoint), also a best/ written before it had a `checkpoint` file."""
+    best = tmp_path / "run" / "best"
+    best.mkdir(parents=True)
+    proc = subprocess.run([sys.executable, "-c", MAKE_BEST, str(best)], env=_env(), capture_output=True, text=True,
+                          timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = _convert(f"--from_textrain={best}", "--model=bert_classifier", "--model_size=tiny", "--num_labels=2",
+                    f"--vocab_file={os.path.join(HF_FIXTURES, 'BertModel', 'vocab.txt')}", f"--to_hf={tmp_path / 'hf'}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (tmp_path / "hf" / "model.safetensors").exists()

@@ -175,6 +175,7 @@ def test_bert_cli_trains_evaluates_predicts_and_exports(tmp_path, task):
     best = json.load(open(run / "best" / "best_metrics.json"))
     assert best["metric"] == "accuracy" and best["value"] == max(e["accuracy"] for e in results["dev"])
     assert glob.glob(str(run / "best" / "ckpt-*.index")) and glob.glob(str(run / "eval_dev" / "events.*"))
+    assert tf.train.latest_checkpoint(str(run / "best")) == str(run / "best" / best["checkpoint"])  # run/best reads
     operative = open(run / "operative_config.gin").read()
     assert "finetune.learning_rate = 0.001" in operative and "finetune.warmup_proportion = 0.1" in operative
     # predictions in input order, tsv = jsonl

@@ -164,7 +164,7 @@ def _parts(missing, unexpected, mis_shaped) -> list[str]:
 def resolve_checkpoint(path: str, flag: str = "--init_checkpoint") -> str:
     """A checkpoint prefix from a prefix or a directory; a missing one is an error naming the path."""
     if tf.io.gfile.isdir(path):
-        latest = tf.train.latest_checkpoint(path)
+        latest = tf.train.latest_checkpoint(path) or _newest_prefix(path)
         if not latest:
             raise UserError(f"{flag}={path} is a directory without a checkpoint in it (no 'checkpoint' "
                             f"file or ckpt-N.index); pass a checkpoint prefix such as {path}/ckpt-1000")
@@ -177,6 +177,17 @@ def resolve_checkpoint(path: str, flag: str = "--init_checkpoint") -> str:
             hint = f"; checkpoints in {parent}: {', '.join(found[:5])}" if found else f"; {parent} holds no checkpoint"
         raise UserError(f"{flag}={path}: no such checkpoint (no {path}.index){hint}")
     return path
+
+
+def _newest_prefix(directory: str) -> str | None:
+    """The highest-numbered ckpt-N of a directory without a `checkpoint` state file (a best/ written before
+    best/ had one, or checkpoints copied without it)."""
+    numbered = []
+    for index in tf.io.gfile.glob(os.path.join(directory, "ckpt-*.index")):
+        number = index[:-len(".index")].rsplit("-", 1)[-1]
+        if number.isdigit():
+            numbered.append((int(number), index[:-len(".index")]))
+    return max(numbered)[1] if numbered else None
 
 
 def is_textrain_checkpoint(path: str) -> bool:

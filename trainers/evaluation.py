@@ -321,6 +321,9 @@ def save_best(model, model_dir: str, step: int, info: dict, is_chief: bool = Tru
         tf.io.gfile.rmtree(tmp)
         return path
     fileio.write_json_atomic(f"{tmp}/best_metrics.json", dict(info, checkpoint=f"ckpt-{step}"))
+    # The state file makes best/ a checkpoint directory like model_dir: any reader can take `run/best`.
+    fileio.write_text_atomic(f"{tmp}/checkpoint", f'model_checkpoint_path: "ckpt-{step}"\n'
+                             f'all_model_checkpoint_paths: "ckpt-{step}"\n')
     if tf.io.gfile.exists(final):
         tf.io.gfile.rmtree(final)
     tf.io.gfile.rename(tmp, final)
