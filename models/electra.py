@@ -181,7 +181,7 @@ class MaskedInputs(NamedTuple):
 class SeededDraws:
     """Training-time draws (masking, sampling) from a Keras SeedGenerator, one fresh stateless seed per
     draw with the replica id folded in (replicas mask differently). The generator's state is in the
-    trainer's checkpoint (trainers/core.seed_states), so a resumed run draws what the uninterrupted one would;
+    trainer's checkpoint (trainers/checkpointing.seed_states), so a resumed run draws what the uninterrupted one would;
     stateful `tf.random` ops would restart from their first draw."""
 
     def __init__(self, seed_generator: tf.keras.random.SeedGenerator):

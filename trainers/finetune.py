@@ -132,9 +132,10 @@ def finetune(
     layerwise_lr_decay: ELECTRA's layer-wise LR decay (0.8 in its configs; 1 = off).
     """
     from textrain.framework import errors, registry
-    from textrain.trainers import core
+    from textrain.trainers.train_config import TrainConfig
     from textrain.models import hf_format
-    from textrain.trainers.run import make_strategy, run
+    from textrain.trainers.run import run
+    from textrain.trainers.strategy import strategy_from_spec
     from textrain.trainers.run_spec import (EvalSpec, ExportSpec, InputSpec, ModelSpec, OptimizerSpec, PredictSpec,
                                             ProblemSpec, RunSpec, StrategySpec)
 
@@ -147,7 +148,7 @@ def finetune(
     _check_model(model)
     logging.getLogger("textrain").setLevel(logging.INFO)
     strategy_spec = StrategySpec(strategy, num_gpus)
-    dist = make_strategy(strategy_spec)
+    dist = strategy_from_spec(strategy_spec)
     import tensorflow as tf
 
     tf.io.gfile.makedirs(model_dir)
@@ -172,7 +173,7 @@ def finetune(
         model=ModelSpec(model, dict(num_labels=num_labels, task_type=task_type, size=model_size,
                                     config_file=model_config_file, overrides=model_overrides, task_name=task)),
         data_dir=data_dir,
-        train=core.TrainConfig(
+        train=TrainConfig(
             model_dir=model_dir, num_train_steps=num_train_steps, global_batch_size=train_batch_size,
             iterations_per_loop=iterations_per_loop, save_checkpoints_steps=save_checkpoints_steps,
             keep_checkpoint_max=keep_checkpoint_max, log_steps=log_steps, clip_norm=clip_norm, precision=precision,

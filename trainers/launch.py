@@ -47,7 +47,7 @@ def missing_required_flags() -> list[str]:
 
 def check_run_settings(manifest: dict, hparams_cls: type, layout) -> None:
     """Refuse command-line settings that disagree with how the data was made. `layout`: the run's
-    `core.PipelineLayout` (per-host data such as XLNet's bsz_per_host is checked per input pipeline: per host
+    `trainers/strategy.PipelineLayout` (per-host data such as XLNet's bsz_per_host is checked per input pipeline: per host
     on a TPU pod, per worker under MultiWorkerMirroredStrategy, as the problem's own dataset check counts)."""
     from textrain.framework.errors import SettingsMismatchError
     from textrain.framework.flags import given_flags
@@ -83,8 +83,8 @@ def problem_hparams_for_training(problem_cls: type, manifest: dict) -> Any:
 
 
 def train_config_from_flags(**overrides: Any):
-    """core.TrainConfig from the flags; a trainer CLI overrides what it decides itself."""
-    from textrain.trainers.core import TrainConfig
+    """TrainConfig from the flags; a trainer CLI overrides what it decides itself."""
+    from textrain.trainers.train_config import TrainConfig
 
     values = dict(
         model_dir=FLAGS.model_dir, num_train_steps=FLAGS.num_train_steps, global_batch_size=FLAGS.train_batch_size,
@@ -132,18 +132,18 @@ def optimizer_spec_from_flags():
 def run_spec_from_flags(strategy, config_overrides: dict | None = None):
     """The RunSpec of the command line (the train manifest read and checked first)."""
     from textrain.framework import errors, registry
-    from textrain.trainers import core
+    from textrain.trainers.strategy import PipelineLayout, input_context
     from textrain.trainers.flags import model_settings_from_flags
     from textrain.trainers.run_spec import EvalSpec, InputSpec, ModelSpec, ProblemSpec, RunSpec
 
     problem_cls = registry.problems.get(FLAGS.problem)
     manifest = problem_cls().read_manifest(FLAGS.data_dir, "train")
-    context = core.input_context(strategy)
+    context = input_context(strategy)
     try:
         # The manifest check first: a flag that disagrees with the data is named as such, not as
         # whichever invariant of the problem's settings it happens to break (XLNet's
         # --num_core_per_host vs bsz_per_host).
-        check_run_settings(manifest, problem_cls.HParams, core.PipelineLayout.of(context))
+        check_run_settings(manifest, problem_cls.HParams, PipelineLayout.of(context))
         hparams = problem_hparams_for_training(problem_cls, manifest)
         problem = problem_cls(hparams)
     except ValueError as e:

@@ -25,7 +25,7 @@ import os
 import random
 from typing import Any, Callable
 
-from textrain.trainers.run_spec import RunSpec, StrategySpec
+from textrain.trainers.run_spec import RunSpec
 
 log = logging.getLogger("textrain.run")
 
@@ -33,7 +33,7 @@ log = logging.getLogger("textrain.run")
 @dataclasses.dataclass
 class RunResult:
     step: int  # the global step after the run
-    train: Any = None  # core.TrainResult, None without training
+    train: Any = None  # TrainResult, None without training
     eval: dict[str, dict] = dataclasses.field(default_factory=dict)  # split -> last metrics (with "step")
     best: dict | None = None  # the best checkpoint's figures (task metrics)
     predict: dict[str, str] = dataclasses.field(default_factory=dict)  # split -> file written
@@ -42,29 +42,6 @@ class RunResult:
     @property
     def preempted(self) -> bool:
         return bool(self.train is not None and self.train.preempted)
-
-
-def split_cpu_for_replicas(num_replicas: int) -> None:
-    """Without GPUs, N>1 replicas mirror over N logical CPUs (must run before TF picks its devices)."""
-    import tensorflow as tf
-
-    if num_replicas <= 1 or tf.config.list_physical_devices("GPU"):
-        return
-    cpus = tf.config.list_physical_devices("CPU")
-    try:
-        tf.config.set_logical_device_configuration(cpus[0], [tf.config.LogicalDeviceConfiguration()] * num_replicas)
-    except RuntimeError:  # already initialised (e.g. split by the caller): use what is there
-        pass
-
-
-def make_strategy(spec: StrategySpec):
-    """The spec's strategy; first, so MultiWorkerMirroredStrategy configures collectives before TF's
-    context initialises."""
-    from textrain.trainers import core
-
-    split_cpu_for_replicas(spec.num_gpus)
-    return core.make_strategy(spec.kind, spec.num_gpus, tpu=spec.tpu, tpu_zone=spec.tpu_zone,
-                              gcp_project=spec.gcp_project)
 
 
 def data_seed(model_dir: str, seed: int | None, pipeline_id: int) -> int:
@@ -137,17 +114,17 @@ def _evaluator(spec: RunSpec, strategy, trainer, problem):
 
 
 def run(spec: RunSpec, strategy=None, *, check_dataset: Callable[[Any], None] | None = None) -> RunResult:
-    """Run `spec` under `strategy` (default: `make_strategy(spec.strategy)`).
+    """Run `spec` under `strategy` (default: `strategy.strategy_from_spec(spec.strategy)`).
 
     check_dataset(ds): called on each input pipeline's dataset (the TPU trainer: static shapes).
     """
     import tensorflow as tf
 
     from textrain.framework.errors import UserError
-    from textrain.trainers import core
+    from textrain.trainers.strategy import input_context, strategy_from_spec
 
     logging.getLogger("textrain").setLevel(logging.INFO)
-    strategy = strategy if strategy is not None else make_strategy(spec.strategy)
+    strategy = strategy if strategy is not None else strategy_from_spec(spec.strategy)
     if spec.seed is not None:
         tf.keras.utils.set_random_seed(spec.seed)
     try:
@@ -155,7 +132,7 @@ def run(spec: RunSpec, strategy=None, *, check_dataset: Callable[[Any], None] | 
     except (ValueError, TypeError) as e:
         raise UserError(f"problem {spec.problem.name!r}: {e}") from None
     manifest = problem.read_manifest(spec.data_dir, "train")
-    context = core.input_context(strategy)
+    context = input_context(strategy)
     fresh = context.num_input_pipelines == 1 and not tf.io.gfile.exists(spec.model_dir)
     try:
         return _run(spec, strategy, problem, manifest, context, check_dataset)

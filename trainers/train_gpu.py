@@ -51,7 +51,7 @@ def main(argv: list[str]) -> None:
     if missing:
         raise app.UsageError(f"missing required flag(s): {', '.join(missing)}")
     from textrain.framework.errors import UserError
-    from textrain.trainers.run import make_strategy
+    from textrain.trainers.strategy import strategy_from_spec
     from textrain.trainers.run_spec import StrategySpec
 
     # The TPU path has checks of its own (gs:// paths, static shapes, per-host input): one way to reach it.
@@ -60,7 +60,7 @@ def main(argv: list[str]) -> None:
         raise UserError(f"{given}: TPUs are trained by textrain-train-tpu (TPUStrategy, gs:// paths, per-host "
                         f"input); run the same command line with textrain-train-tpu --use_tpu --tpu=NAME")
     # First: MultiWorkerMirroredStrategy must configure collectives before TF's context initialises.
-    strategy = make_strategy(StrategySpec(FLAGS.strategy, num_gpus_from_flags(), tpu=FLAGS.tpu,
+    strategy = strategy_from_spec(StrategySpec(FLAGS.strategy, num_gpus_from_flags(), tpu=FLAGS.tpu,
                                           tpu_zone=FLAGS.tpu_zone, gcp_project=FLAGS.gcp_project))
     launch.run_training("textrain-train-gpu", strategy)
 
