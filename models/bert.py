@@ -309,6 +309,8 @@ def classification_terms(logits: tf.Tensor, labels: tf.Tensor,
 class BertPretrainer(TrainableModel):
     """BERT with the masked-LM and next-sentence-prediction heads of the original pretraining."""
 
+    init_allow_unexpected = (r"^cls/", r"^bert/pooler/")  # the pretraining heads, the pooler
+
     def __init__(self, config: BertConfig | str | dict, name: str = "bert_pretrainer", **kwargs):
         super().__init__(name=name, **kwargs)
         self.config = resolve_config(config)
@@ -376,9 +378,11 @@ class BertClassifier(ClassifierModel):
     same head (models/task_heads.py); the original has classification only.
     """
 
+    serves_raw_text = True  # WordPiece: tokenised in the serving graph (trainers/export.py)
+
     encoder_attribute = "bert"
     # Pretraining-only names of an original release (MLM/NSP heads).
-    tf1_allow_unexpected = (r"^cls/",)
+    init_allow_unexpected = (r"^cls/",)
 
     def __init__(self, config: BertConfig | str | dict, num_labels: int = 2, task_type: str = "classification",
                  name: str = "bert_classifier", **kwargs):

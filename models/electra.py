@@ -339,6 +339,9 @@ class ElectraPretrainer(TrainableModel):
     Features: `input_ids`, `input_mask`, `segment_ids` `[B, L]` (problems/electra_pretrain.py records).
     """
 
+    init_allow_unexpected = (r"^generator_predictions/", r"^discriminator_predictions/", r"^generator/",
+                             r"^electra/pooler/")  # the other half and the heads a checkpoint may carry
+
     def __init__(self, config: ElectraConfig, objective: ElectraObjective | None = None,
                  special_ids: dict[str, int] | None = None, name: str = "electra_pretrainer", **kwargs):
         super().__init__(name=name, **kwargs)
@@ -526,9 +529,11 @@ class ElectraClassifier(ClassifierModel):
     Regression is the same dense with one unit (squared error), as its RegressionTask.
     """
 
+    serves_raw_text = True  # WordPiece: tokenised in the serving graph (trainers/export.py)
+
     encoder_attribute = "discriminator"
     # Pretraining-only parts of an original ELECTRA checkpoint.
-    tf1_allow_unexpected = (r"^generator/", r"^generator_predictions/", r"^discriminator_predictions/")
+    init_allow_unexpected = (r"^generator/", r"^generator_predictions/", r"^discriminator_predictions/")
     HEAD_DROPOUT = 0.1
 
     def __init__(self, config: ElectraConfig, num_labels: int = 2, task_type: str = "classification",

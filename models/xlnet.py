@@ -389,6 +389,9 @@ class XLNetPretrainer(TrainableModel):
     `target_mask [B,P]`.
     """
 
+    tokenizer = "sentencepiece"
+    init_allow_unexpected = (r"/lm_loss/", r"^model/lm_loss/")  # the LM head (original name scopes)
+
     def __init__(self, config: XLNetConfig, **kwargs):
         super().__init__(**kwargs)
         self.config = config
@@ -470,8 +473,9 @@ class XLNetClassifier(ClassifierModel):
     """
 
     encoder_attribute = "transformer"
-    tf1_allow_unexpected = (r"^model/lm_loss/",)
+    init_allow_unexpected = (r"^model/lm_loss/",)
     lr_decay_style = "xlnet"
+    tokenizer = "sentencepiece"
 
     def __init__(self, config: XLNetConfig, num_labels: int = 2, task_type: str = "classification",
                  task_name: str = "task", name: str = "model", **kwargs):

@@ -25,6 +25,7 @@ import os
 import tensorflow as tf
 
 from textrain.models import hf_format
+from textrain.models.base import FinetuneModel
 from textrain.models.checkpoints import load_tf1_checkpoint
 from textrain.trainers import checkpoint_checks
 from textrain.trainers.strategy import PipelineLayout
@@ -177,17 +178,17 @@ class TrainerCheckpoints:
             log.warning("no input-pipeline checkpoint %s: this worker's data starts from the beginning", path)
 
     def _load_init_checkpoint(self, path: str) -> None:
-        if hasattr(self.model, "load_init_checkpoint"):  # fine-tuning models: encoder only, head fresh
+        if isinstance(self.model, FinetuneModel):  # encoder only, head fresh
             loaded = self.model.load_init_checkpoint(path, init_head=self.config.init_head)
             log.info("initialised %d encoder variables from %s", len(loaded), path)
             return
         path = path if hf_format.is_hf_directory(path) else checkpoint_checks.resolve_checkpoint(path)
         if not hf_format.is_hf_directory(path) and checkpoint_checks.is_textrain_checkpoint(path):
-            loaded = checkpoint_checks.load_init_checkpoint(path, self.model, self.config.init_allow_unexpected)
+            loaded = checkpoint_checks.load_init_checkpoint(path, self.model, self.model.init_allow_unexpected)
             log.info("initialised %d variables from %s (textrain checkpoint)", len(loaded), path)
         else:
             loaded = load_tf1_checkpoint(path, self.model.tf1_variable_map(),
-                                         allow_unexpected=self.config.init_allow_unexpected)
+                                         allow_unexpected=self.model.init_allow_unexpected)
             log.info("initialised %d variables from %s (original TF1 checkpoint)", len(loaded), path)
 
     def save(self) -> str | None:

@@ -428,7 +428,7 @@ def write_saved_model(exchange: Exchange, out: str, source: str, max_seq_length:
     model = load_into_model(exchange, source)
     tokenizer = None
     vocab = exchange.tokenizer_files.get("vocab.txt")
-    if exchange.model_name == "bert_classifier" and vocab:
+    if model.serves_raw_text and vocab:
         from textrain.framework.graph_wordpiece import GraphWordpieceTokenizer
         lower = hf_format.do_lower_case(os.path.dirname(vocab))
         tokenizer = GraphWordpieceTokenizer(vocab, do_lower_case=exchange.do_lower_case if lower is None else lower,

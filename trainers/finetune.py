@@ -142,10 +142,10 @@ def finetune(
     _check_choice("precision", precision, ("fp32", "bf16", "fp16"))
     _check_choice("optimizer", optimizer, ("adamw", "adam", "lamb"))
     registry.import_usr_dir(usr_dir)
-    tokenizer = {"tokenizer": "sentencepiece" if model.startswith("xlnet") else "wordpiece", "vocab_file": vocab_file,
+    model_cls = finetune_model_class(model)
+    tokenizer = {"tokenizer": model_cls.tokenizer, "vocab_file": vocab_file,
                  "do_lower_case": do_lower_case, "sp_model": sp_model, "max_seq_length": max_seq_length}
-    problem = build_problem(task, problem_hparams or {}, tokenizer)
-    _check_model(model)
+    problem = build_task_problem(task, problem_hparams or {}, tokenizer)
     logging.getLogger("textrain").setLevel(logging.INFO)
     strategy_spec = StrategySpec(strategy, num_gpus)
     dist = strategy_from_spec(strategy_spec)
@@ -212,24 +212,24 @@ def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
         raise UserError(f"finetune.{name}={value!r}: use one of {', '.join(choices)}")
 
 
-def _check_model(name: str) -> None:
-    """A registered model with a task head (models/task_heads.py, models/qa_heads.py)."""
+def finetune_model_class(name: str) -> type:
+    """The registered model `name`, which must have a task head (a models.base.FinetuneModel)."""
     from textrain.framework import registry
     from textrain.framework.errors import UserError
-    from textrain.models.qa_heads import QAModel
-    from textrain.models.task_heads import ClassifierModel
+    from textrain.models.base import FinetuneModel
 
     try:
         cls = registry.models.get(name)
     except KeyError as e:
         raise UserError(f"finetune.model: {e.args[0]}") from None
-    if not issubclass(cls, (ClassifierModel, QAModel)):
-        heads = [n for n in registry.models.names() if issubclass(registry.models.get(n), (ClassifierModel, QAModel))]
+    if not issubclass(cls, FinetuneModel):
+        heads = [n for n in registry.models.names() if issubclass(registry.models.get(n), FinetuneModel)]
         raise UserError(f"finetune.model={name!r} is not a fine-tuning model; use one with a task head: "
                         f"{', '.join(heads)}")
+    return cls
 
 
-def build_problem(task: str, hparams: dict, shared: dict | None = None):
+def build_task_problem(task: str, hparams: dict, shared: dict | None = None):
     """The task problem with its settings; an unknown task or setting is a UserError naming it.
 
     `shared`: run-level values (tokenizer, vocab_file, max_seq_length ...) given to the problem when its
@@ -237,10 +237,15 @@ def build_problem(task: str, hparams: dict, shared: dict | None = None):
     from textrain.framework import registry
     from textrain.framework.errors import UserError
 
+    from textrain.framework.tasks import FinetuneTask
+
     try:
         cls = registry.problems.get(task)
     except KeyError as e:
         raise UserError(f"finetune.task: {e.args[0]}") from None
+    if not issubclass(cls, FinetuneTask):
+        raise UserError(f"finetune.task={task!r} is not a fine-tuning task (framework.tasks.FinetuneTask); "
+                        f"pretraining problems are trained by textrain-train-gpu")
     fields = {f.name for f in dataclasses.fields(cls.HParams)} if dataclasses.is_dataclass(cls.HParams) else set()
     unknown = sorted(set(hparams) - fields)
     if unknown:

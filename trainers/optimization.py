@@ -161,8 +161,8 @@ def model_depth_fn(model) -> tuple[Callable[[object], int], int]:
     names = model.tf1_variable_map()
     layer = re.compile(r"layer_(\d+)/")
     layers = {int(m.group(1)) for n in names for m in [layer.search(n)] if m}
-    n_layers = int(getattr(model, "num_layers", 0) or (max(layers) + 1 if layers else 0))
-    style = getattr(model, "lr_decay_style", "electra")
+    n_layers = int(model.num_layers or (max(layers) + 1 if layers else 0))
+    style = model.lr_decay_style
     top = n_layers if style == "xlnet" else n_layers + 2
     depths: dict[int, int] = {}
     for name, var in names.items():

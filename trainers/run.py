@@ -64,11 +64,53 @@ def data_seed(model_dir: str, seed: int | None, pipeline_id: int) -> int:
     return drawn
 
 
-def build_problem(spec: RunSpec):
+@dataclasses.dataclass
+class ResolvedRun:
+    """What a RunSpec names, built once (`resolve`): the strategy, the problem, its train manifest and this
+    process's input context."""
+
+    strategy: Any
+    problem: Any
+    manifest: dict
+    context: Any  # tf.distribute.InputContext
+
+
+def problem_of_spec(spec: RunSpec):
     from textrain.framework import registry
 
     cls = registry.problems.get(spec.problem.name)
     return cls(spec.problem.hparams) if spec.problem.hparams is not None else cls()
+
+
+def needs_finetune_task(spec: RunSpec) -> str | None:
+    """What in `spec` needs a fine-tuning task (framework.tasks.FinetuneTask), or None."""
+    if spec.eval.enabled and (spec.eval.task_metrics or spec.eval.splits is None):
+        return "eval (the task's eval splits and metrics)"
+    if spec.predict.enabled:
+        return "predict"
+    if spec.export.enabled:
+        return "export"
+    return None
+
+
+def resolve(spec: RunSpec, strategy=None) -> ResolvedRun:
+    """Build what `spec` names, once: the strategy (unless given), the problem (checked to be a fine-tuning
+    task where eval, predict or export needs one), its train manifest and the input context."""
+    from textrain.framework.errors import UserError
+    from textrain.framework.tasks import FinetuneTask
+    from textrain.trainers.strategy import input_context, strategy_from_spec
+
+    strategy = strategy if strategy is not None else strategy_from_spec(spec.strategy)
+    try:
+        problem = problem_of_spec(spec)
+    except (ValueError, TypeError) as e:
+        raise UserError(f"problem {spec.problem.name!r}: {e}") from None
+    needs = needs_finetune_task(spec)
+    if needs and not isinstance(problem, FinetuneTask):
+        raise UserError(f"problem {spec.problem.name!r} is not a fine-tuning task (framework.tasks.FinetuneTask): "
+                        f"{needs} needs one; turn it off or name a task problem")
+    manifest = problem.read_manifest(spec.data_dir, "train")
+    return ResolvedRun(strategy, problem, manifest, input_context(strategy))
 
 
 def build_model(name: str, settings: dict[str, Any], manifest: dict | None):
@@ -120,22 +162,16 @@ def run(spec: RunSpec, strategy=None, *, check_dataset: Callable[[Any], None] | 
     """
     import tensorflow as tf
 
-    from textrain.framework.errors import UserError
-    from textrain.trainers.strategy import input_context, strategy_from_spec
+    from textrain.trainers.strategy import strategy_from_spec
 
     logging.getLogger("textrain").setLevel(logging.INFO)
     strategy = strategy if strategy is not None else strategy_from_spec(spec.strategy)
     if spec.seed is not None:
         tf.keras.utils.set_random_seed(spec.seed)
+    resolved = resolve(spec, strategy)
+    fresh = resolved.context.num_input_pipelines == 1 and not tf.io.gfile.exists(spec.model_dir)
     try:
-        problem = build_problem(spec)
-    except (ValueError, TypeError) as e:
-        raise UserError(f"problem {spec.problem.name!r}: {e}") from None
-    manifest = problem.read_manifest(spec.data_dir, "train")
-    context = input_context(strategy)
-    fresh = context.num_input_pipelines == 1 and not tf.io.gfile.exists(spec.model_dir)
-    try:
-        return _run(spec, strategy, problem, manifest, context, check_dataset)
+        return _run(spec, resolved, check_dataset)
     except BaseException:
         if fresh:
             _remove_if_no_checkpoint(spec.model_dir)
@@ -151,14 +187,15 @@ def _remove_if_no_checkpoint(model_dir: str) -> None:
         tf.io.gfile.rmtree(model_dir)
 
 
-def _run(spec: RunSpec, strategy, problem, manifest: dict, context, check_dataset) -> RunResult:
+def _run(spec: RunSpec, resolved: ResolvedRun, check_dataset) -> RunResult:
     import tensorflow as tf
 
     from textrain.framework.errors import UserError
     from textrain.framework.problem import DataParams, ModeKeys
     from textrain.trainers import core
 
-    seed = (data_seed(spec.model_dir, spec.seed, context.input_pipeline_id) if spec.input.record_data_seed
+    strategy, problem, manifest = resolved.strategy, resolved.problem, resolved.manifest
+    seed = (data_seed(spec.model_dir, spec.seed, resolved.context.input_pipeline_id) if spec.input.record_data_seed
             else spec.seed)
     params = DataParams(batch_size=spec.train.global_batch_size, max_length=spec.input.max_length,
                         batching=spec.input.batching, seed=seed)

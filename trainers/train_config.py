@@ -2,15 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
-
 from textrain.framework.errors import UserError
-
-# Original checkpoint names a fine-tuning or continued-pretraining model may leave unused.
-DEFAULT_INIT_ALLOW_UNEXPECTED = (r"^cls/", r"^generator_predictions/", r"^discriminator_predictions/",
-                                 r"^generator/", r"/lm_loss/", r"^model/lm_loss/", r"^bert/pooler/",
-                                 r"^electra/pooler/")
-
 
 class TrainerSetupError(UserError, ValueError):
     """A trainer flag the run cannot honour (one line from any CLI; still a ValueError)."""
@@ -37,7 +29,6 @@ class TrainConfig:
     mem_reset: str = "never"            # never | every_loop
     input_mode: str = "host"            # host (checkpointed iterator) | distributed
     init_checkpoint: str | None = None
-    init_allow_unexpected: Sequence[str] = DEFAULT_INIT_ALLOW_UNEXPECTED
     init_head: bool = False  # fine-tuning models: also load the head of a TF1 / HF init_checkpoint
     handle_sigterm: bool = True
     loss_scale_period: int = 2000       # fp16: finite steps before the loss scale doubles
