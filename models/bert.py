@@ -321,6 +321,10 @@ class BertPretrainer(TrainableModel):
         self.build(None)
 
     @classmethod
+    def from_config(cls, config: dict, *, num_labels: int | None = None, n_top: tuple[int, int] = (5, 5)):
+        return cls(BertConfig.from_dict(config))
+
+    @classmethod
     def from_settings(cls, *, size: str | None = None, config_file: str | None = None,
                       vocab_size: int | None = None, manifest: dict | None = None, **_other: Any) -> "BertPretrainer":
         """The one constructor (every trainer builds the model through it): see `pretraining_config`;
@@ -427,6 +431,10 @@ class BertClassifier(ClassifierModel):
     def init_from_pretrained(self, path: str) -> list[str]:
         """Load the encoder and pooler from an original pretraining checkpoint; heads stay fresh."""
         return self.load_init_checkpoint(path)
+
+    @classmethod
+    def from_config(cls, config: dict, *, num_labels: int | None = None, n_top: tuple[int, int] = (5, 5)):
+        return cls(BertConfig.from_dict(config), num_labels=int(num_labels or 2))
 
     @classmethod
     def from_settings(cls, *, num_labels: int | None = None, task_type: str | None = None, size: str | None = None,

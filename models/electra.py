@@ -365,6 +365,10 @@ class ElectraPretrainer(TrainableModel):
         self._build_variables()
 
     @classmethod
+    def from_config(cls, config: dict, *, num_labels: int | None = None, n_top: tuple[int, int] = (5, 5)):
+        return cls(ElectraConfig.from_dict(config))
+
+    @classmethod
     def from_settings(cls, *, size: str | None = None, config_file: str | None = None,
                       vocab_size: int | None = None, mask_prob: float | None = None, gen_weight: float = 1.0,
                       disc_weight: float = 50.0, temperature: float = 1.0, disallow_correct: bool = False,

@@ -185,6 +185,10 @@ class BertSquad(QAModel):
         return names
 
     @classmethod
+    def from_config(cls, config: dict, *, num_labels: int | None = None, n_top: tuple[int, int] = (5, 5)):
+        return cls(BertConfig.from_dict(config))
+
+    @classmethod
     def from_settings(cls, *, size=None, config_file=None, overrides=None, manifest=None, **_) -> "BertSquad":
         return cls(_bert_config(size, config_file, overrides, manifest))
 
@@ -402,6 +406,10 @@ class XLNetSquad(QAModel):
         return {"input_ids": input_ids, "input_mask": tf.cast(input_mask, tf.float32), "segment_ids": seg,
                 "p_mask": 1.0 - tf.cast(tf.logical_or(context, cls), tf.float32),
                 "cls_index": tf.argmax(tf.cast(cls, tf.int32), axis=-1, output_type=tf.int32)}
+
+    @classmethod
+    def from_config(cls, config: dict, *, num_labels: int | None = None, n_top: tuple[int, int] = (5, 5)):
+        return cls(XLNetConfig(**config), start_n_top=n_top[0], end_n_top=n_top[1])
 
     @classmethod
     def from_settings(cls, *, size=None, config_file=None, overrides=None, manifest=None, **_) -> "XLNetSquad":

@@ -28,11 +28,11 @@ from typing import Any
 
 import tensorflow as tf
 
+from textrain.framework.tasks import TASK_TYPES
 from textrain.models import hf_format
 from textrain.models.base import FinetuneModel, StepOutput, Term
 from textrain.models.checkpoints import load_tf1_checkpoint
 
-TASK_TYPES = ("classification", "regression", "multilabel")
 
 
 def check_task(task_type: str, num_labels: int) -> None:

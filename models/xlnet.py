@@ -400,6 +400,10 @@ class XLNetPretrainer(TrainableModel):
         self.built = True  # every variable exists now: optimizers and checkpoints need no dummy call
 
     @classmethod
+    def from_config(cls, config: dict, *, num_labels: int | None = None, n_top: tuple[int, int] = (5, 5)):
+        return cls(XLNetConfig(**config))
+
+    @classmethod
     def from_settings(cls, *, config_file: str | None = None, seq_len: int | None = None,
                       num_predict: int | None = None, d_embed: int | None = None, manifest: dict | None = None,
                       **settings: Any) -> "XLNetPretrainer":
@@ -517,6 +521,10 @@ class XLNetClassifier(ClassifierModel):
                  f"model/{kind}_{self.task_name}/logit/kernel": self.logit.kernel,
                  f"model/{kind}_{self.task_name}/logit/bias": self.logit.bias}
         return {n: backing_variable(v) for n, v in names.items()}
+
+    @classmethod
+    def from_config(cls, config: dict, *, num_labels: int | None = None, n_top: tuple[int, int] = (5, 5)):
+        return cls(XLNetConfig(**config), num_labels=int(num_labels or 2), task_name=hf_format.XLNET_TASK)
 
     @classmethod
     def from_settings(cls, *, num_labels: int | None = None, task_type: str | None = None, size: str | None = None,
