@@ -38,7 +38,7 @@ class TrainableModel(tf.keras.Model):
     """Base class of every model the trainers drive by name (see framework.registry.models).
 
     Every registered model is built by ONE constructor, `from_settings(manifest=..., **settings)`:
-    plain values (trainers/flags.py maps the trainer flags to them, trainers/finetune.py the gin
+    plain values (trainers/trainer_flags.py maps the trainer flags to them, trainers/finetune.py the gin
     bindings), never a flags object; settings of other model families are ignored.
 
     What the trainers need to know about a model is declared here, on the class, and read through the

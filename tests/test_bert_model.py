@@ -11,7 +11,7 @@ from textrain.models import bert
 from textrain.models.bert import BertClassifier, BertConfig, BertPretrainer
 from textrain.models.checkpoints import CheckpointMismatchError, write_tf1_checkpoint
 from textrain.trainers.strategy import make_strategy  # noqa: E402
-from textrain.trainers.flags import model_settings_from_flags
+from textrain.trainers.trainer_flags import model_settings_from_flags
 
 # The released uncased_L-12_H-768_A-12/bert_config.json, with the extra key some releases carry.
 ORIGINAL_CONFIG = """{

@@ -69,7 +69,7 @@ def test_classifiers_are_registered_and_build_themselves_from_flags():
                       ("xlnet_classifier", XLNetClassifier)):
         assert registry.models.get(name) is cls
     # As train_gpu builds --model=bert_classifier / --model=bert: the flags' settings, the class's one constructor.
-    from textrain.trainers.flags import model_settings_from_flags
+    from textrain.trainers.trainer_flags import model_settings_from_flags
 
     settings = model_settings_from_flags(flags)
     model = BertClassifier.from_settings(manifest=manifest, **settings)

@@ -21,7 +21,7 @@ ALLOWED = {
     ("trainers/optimization.py", "var", "path"): "a Keras 3 or tf variable",
     ("trainers/checkpointing.py", "layer", "_seed_generators"): "a Keras layer",
     ("trainers/strategy.py", "strategy", "cluster_resolver"): "a tf.distribute strategy",
-    ("trainers/flags.py", "values", "name"): "absl's FLAGS (or a namespace of flag values)",
+    ("trainers/trainer_flags.py", "values", "name"): "absl's FLAGS (or a namespace of flag values)",
     ("trainers/run.py", "problem.hparams", "max_seq_length"): "a task's HParams: not every task has the setting",
 }
 # The datagen input side is being rebuilt elsewhere; until then these files are not checked. The integrator

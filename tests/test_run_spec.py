@@ -140,13 +140,13 @@ def test_finetune_spec_equals_the_finetune_cli(tmp_path, tsv_task):
 
 
 def test_flags_map_to_model_settings_by_one_adapter():
-    """trainers/flags.model_settings_from_flags: set flags only, --model_size as `size`, the config-file flag
+    """trainers/trainer_flags.model_settings_from_flags: set flags only, --model_size as `size`, the config-file flag
     given as `config_file`; every registered model takes the result through its one constructor."""
     import types
 
     from textrain.framework import registry
     from textrain.models.base import TrainableModel
-    from textrain.trainers.flags import model_settings_from_flags
+    from textrain.trainers.trainer_flags import model_settings_from_flags
 
     flags = types.SimpleNamespace(model_size="tiny", bert_config_file=None, electra_config_file="e.json",
                                   mask_prob=None, disc_weight=20.0, n_layer=2, hparams="")

@@ -12,7 +12,7 @@ from textrain.framework.registry import models as model_registry
 from textrain.models.checkpoints import CheckpointMismatchError, load_tf1_checkpoint, write_tf1_checkpoint
 from textrain.models.xlnet import XLNetConfig, XLNetPretrainer
 from textrain.trainers.strategy import make_strategy  # noqa: E402
-from textrain.trainers.flags import model_settings_from_flags
+from textrain.trainers.trainer_flags import model_settings_from_flags
 
 B, L, P, V = 2, 8, 3, 50
 

@@ -161,7 +161,7 @@ def main(argv: list[str]) -> None:
     if missing:
         raise app.UsageError(f"missing required flag(s): {', '.join(missing)}")
     from textrain.framework import bleu, errors, registry
-    from textrain.trainers.flags import model_settings_from_flags
+    from textrain.trainers.trainer_flags import model_settings_from_flags
     from textrain.models.base import Seq2SeqModel
     from textrain.trainers.launch import problem_hparams_for_training
     from textrain.trainers.run import build_model
@@ -214,7 +214,7 @@ def main(argv: list[str]) -> None:
 def define_all_flags(argv: list[str]) -> None:
     from textrain.framework import registry
     from textrain.framework.flags import define_problem_flags
-    from textrain.trainers.flags import define_decode_flags, define_trainer_flags
+    from textrain.trainers.trainer_flags import define_decode_flags, define_trainer_flags
 
     registry.import_builtins()
     registry.import_usr_dir(registry.usr_dir_from_argv(argv))

@@ -127,16 +127,9 @@ def build_model(name: str, settings: dict[str, Any], manifest: dict | None):
 
 
 def build_optimizer(spec: RunSpec, model):
-    from textrain.trainers.optimization import create_optimizer, model_depth_fn
+    from textrain.trainers.optimization import optimizer_from_spec
 
-    o = spec.optimizer
-    depth_fn, top_depth = model_depth_fn(model) if o.layerwise_lr_decay != 1.0 else (None, None)
-    return create_optimizer(
-        o.learning_rate, spec.train.num_train_steps, o.num_warmup_steps, optimizer=o.optimizer,
-        weight_decay=o.weight_decay, decay=o.lr_decay, power=o.poly_power,
-        end_lr=o.learning_rate * o.min_lr_ratio, epsilon=o.adam_epsilon,
-        layerwise_lr_decay=o.layerwise_lr_decay, depth_fn=depth_fn, top_depth=top_depth,
-        beta_1=o.adam_beta1, beta_2=o.adam_beta2, lr_hidden_size=o.lr_hidden_size)
+    return optimizer_from_spec(spec.optimizer, spec.train.num_train_steps, model)
 
 
 def _evaluator(spec: RunSpec, strategy, trainer, problem):

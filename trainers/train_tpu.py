@@ -110,10 +110,18 @@ def make_tpu_strategy():
         raise errors.UserError(f"--num_hosts={FLAGS.num_hosts} needs --use_tpu (several GPU machines: "
                                f"textrain-train-gpu --strategy=multi_worker)")
     from textrain.trainers.strategy import strategy_from_spec
+
+    return strategy_from_spec(strategy_spec_from_flags())
+
+
+def strategy_spec_from_flags():
+    """The strategy the flags choose, as the run's spec records it: the TPU, else the local replicas."""
     from textrain.trainers.run_spec import StrategySpec
 
+    if FLAGS.use_tpu:
+        return StrategySpec("tpu", tpu=FLAGS.tpu, tpu_zone=FLAGS.tpu_zone, gcp_project=FLAGS.gcp_project)
     n = local_replicas()
-    return strategy_from_spec(StrategySpec("mirrored" if n > 1 else "one_device", n))
+    return StrategySpec("mirrored" if n > 1 else "one_device", n)
 
 
 def require_static_shapes(ds) -> None:
@@ -140,7 +148,7 @@ def main(argv: list[str]) -> None:
         check_tpu_paths()
     strategy = make_tpu_strategy()
     # Fixed-shape batches (drop_remainder) are DataParams' default, which the run keeps.
-    launch.run_training("textrain-train-tpu", strategy, config_overrides=TPU_CONFIG,
+    launch.run_training("textrain-train-tpu", strategy_spec_from_flags(), strategy, config_overrides=TPU_CONFIG,
                         check_dataset=require_static_shapes)
 
 
