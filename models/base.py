@@ -8,6 +8,7 @@ state across steps (XLNet memories); models without state use an empty dict.
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, ClassVar, NamedTuple
 
 import tensorflow as tf
@@ -34,6 +35,11 @@ def weighted_loss(losses: dict[str, Term]) -> tf.Tensor:
     return tf.add_n([t.weight * tf.math.divide_no_nan(f32(t.total), f32(t.count)) for t in losses.values()])
 
 
+def model_setting(help_text: str) -> Any:
+    """A field of a model's `Settings` dataclass: a trainer flag defaulting to None ("the preset decides")."""
+    return dataclasses.field(default=None, metadata={"help": help_text})
+
+
 class TrainableModel(tf.keras.Model):
     """Base class of every model the trainers drive by name (see framework.registry.models).
 
@@ -51,6 +57,9 @@ class TrainableModel(tf.keras.Model):
     # Original (TF1) checkpoint names an init_checkpoint may hold that this model leaves unused (regexes):
     # the pretraining heads a fine-tuning or continued-pretraining run does not build.
     init_allow_unexpected: ClassVar[tuple[str, ...]] = ()
+    # A dataclass of model_setting fields, each a trainer flag of its name (as a problem's HParams are datagen
+    # flags), handed to from_settings when given; None: the model has no flags of its own.
+    Settings: ClassVar[type | None] = None
     # Layer-wise LR decay's depth rule (trainers/optimization.model_depth_fn): "electra" | "xlnet".
     lr_decay_style: ClassVar[str] = "electra"
 

@@ -50,7 +50,7 @@ import tensorflow as tf
 from textrain.models.layers.dense import Dense
 
 from textrain.framework.registry import register_model
-from textrain.models.base import StepOutput, Term, TrainableModel
+from textrain.models.base import StepOutput, Term, TrainableModel, model_setting
 from textrain.models.bert import BertConfig, MaskedLMHead, check_data_fits, encoder_from_config
 from textrain.models import hf_format
 from textrain.models.checkpoints import load_tf1_checkpoint
@@ -332,12 +332,34 @@ class DiscriminatorHead(tf.keras.layers.Layer):
         return names
 
 
+@dataclasses.dataclass
+class ElectraSettings:
+    """ELECTRA's model flags (google-research/electra configure_pretraining.py); None: the preset."""
+
+    model_size: str | None = model_setting('small | base | large preset (BERT and ELECTRA).')
+    vocab_size: int | None = model_setting("Vocabulary size (default: the data manifest's).")
+    mask_prob: float | None = model_setting('Masking probability (original 0.15).')
+    gen_weight: float | None = model_setting('Generator MLM loss weight (original 1.0).')
+    disc_weight: float | None = model_setting('Discriminator loss weight (original 50.0).')
+    generator_hidden_size: float | None = model_setting(
+        "Generator width as a fraction of the discriminator's (original 0.25).")
+    temperature: float | None = model_setting('Gumbel sampling temperature (original 1.0).')
+    disallow_correct: bool | None = model_setting('Never sample the original token (original False).')
+    generator_layers: float | None = model_setting(
+        "Generator depth as a fraction of the discriminator's (original 1.0).")
+    embedding_size: int | None = model_setting('Embedding width; projected when it differs from the hidden size.')
+    untied_generator_embeddings: bool | None = model_setting('Separate generator embeddings (original: tied).')
+    electra_config_file: str | None = model_setting('ELECTRA discriminator config JSON (BERT format).')
+
+
 @register_model(name="electra")
 class ElectraPretrainer(TrainableModel):
     """Generator + discriminator trained with replaced token detection.
 
     Features: `input_ids`, `input_mask`, `segment_ids` `[B, L]` (problems/electra_pretrain.py records).
     """
+
+    Settings = ElectraSettings  # its fields are trainer flags (trainers/trainer_flags.py)
 
     init_allow_unexpected = (r"^generator_predictions/", r"^discriminator_predictions/", r"^generator/",
                              r"^electra/pooler/")  # the other half and the heads a checkpoint may carry
