@@ -54,9 +54,12 @@ class TrainableModel(tf.keras.Model):
     # The tokenizer of the pretrained model's vocabulary: "wordpiece" (BERT, ELECTRA) | "sentencepiece" (XLNet).
     # A fine-tuning task's records are made with it (trainers/finetune.py sets the problem's `tokenizer`).
     tokenizer: ClassVar[str] = "wordpiece"
-    # Original (TF1) checkpoint names an init_checkpoint may hold that this model leaves unused (regexes):
-    # the pretraining heads a fine-tuning or continued-pretraining run does not build.
-    init_allow_unexpected: ClassVar[tuple[str, ...]] = ()
+    # Original (TF1) or textrain checkpoint names an init_checkpoint may hold that this model leaves unused
+    # (regexes). Default: the pretraining heads and poolers of the original BERT, ELECTRA and XLNet releases, which
+    # a model built on one of their encoders (continued pretraining, a user's model) does not build.
+    init_allow_unexpected: ClassVar[tuple[str, ...]] = (
+        r"^cls/", r"^generator_predictions/", r"^discriminator_predictions/", r"^generator/", r"/lm_loss/",
+        r"^model/lm_loss/", r"^bert/pooler/", r"^electra/pooler/")
     # A dataclass of model_setting fields, each a trainer flag of its name (as a problem's HParams are datagen
     # flags), handed to from_settings when given; None: the model has no flags of its own.
     Settings: ClassVar[type | None] = None

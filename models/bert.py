@@ -309,8 +309,6 @@ def classification_terms(logits: tf.Tensor, labels: tf.Tensor,
 class BertPretrainer(TrainableModel):
     """BERT with the masked-LM and next-sentence-prediction heads of the original pretraining."""
 
-    init_allow_unexpected = (r"^cls/", r"^bert/pooler/")  # the pretraining heads, the pooler
-
     def __init__(self, config: BertConfig | str | dict, name: str = "bert_pretrainer", **kwargs):
         super().__init__(name=name, **kwargs)
         self.config = resolve_config(config)

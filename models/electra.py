@@ -361,9 +361,6 @@ class ElectraPretrainer(TrainableModel):
 
     Settings = ElectraSettings  # its fields are trainer flags (trainers/trainer_flags.py)
 
-    init_allow_unexpected = (r"^generator_predictions/", r"^discriminator_predictions/", r"^generator/",
-                             r"^electra/pooler/")  # the other half and the heads a checkpoint may carry
-
     def __init__(self, config: ElectraConfig, objective: ElectraObjective | None = None,
                  special_ids: dict[str, int] | None = None, name: str = "electra_pretrainer", **kwargs):
         super().__init__(name=name, **kwargs)

@@ -113,6 +113,7 @@ class EncoderFinetuneModel(FinetuneModel):
     the classifiers here and the QA / multiple-choice heads (models/qa_heads.py)."""
 
     encoder_attribute: str = ""
+    init_allow_unexpected = ()  # each head names the pretraining scopes of its family's releases
 
     def encoder_tf1_variable_map(self) -> dict[str, tf.Variable]:
         raise NotImplementedError

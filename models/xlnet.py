@@ -427,7 +427,6 @@ class XLNetPretrainer(TrainableModel):
     Settings = XLNetSettings  # its fields are trainer flags (trainers/trainer_flags.py)
 
     tokenizer = "sentencepiece"
-    init_allow_unexpected = (r"/lm_loss/", r"^model/lm_loss/")  # the LM head (original name scopes)
 
     def __init__(self, config: XLNetConfig, **kwargs):
         super().__init__(**kwargs)

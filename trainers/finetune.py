@@ -186,20 +186,24 @@ def finetune(
         predict=PredictSpec(enabled=do_predict, batch_size=predict_batch_size),
         export=ExportSpec(enabled=export, export_dir=export_dir, max_seq_length=max_seq_length),
         strategy=strategy_spec, do_train=do_train, seed=seed)
-    result = run(spec, dist)
     summary: dict[str, Any] = {"num_train_steps": num_train_steps, "num_warmup_steps": num_warmup_steps,
                                "train_examples": train_examples, "num_labels": num_labels, "task_type": task_type}
+    return run_summary(spec, run(spec, dist), summary)
+
+
+def run_summary(spec, result, summary: dict[str, Any]) -> dict[str, Any]:
+    """`summary` + what the run did, as the spec asked it (the `final` line)."""
     if result.train is not None:
         summary.update(step=result.train.step, loss=result.train.loss, **result.train.metrics)
         if result.preempted:
             summary["preempted"] = True
             return summary
-    if do_eval:
+    if spec.eval.enabled:
         summary["eval"] = result.eval
         summary["best"] = result.best
-    if do_predict:
+    if spec.predict.enabled:
         summary["predict"] = result.predict
-    if export:
+    if spec.export.enabled:
         summary["export"] = result.export
     return summary
 
