@@ -187,3 +187,9 @@ def test_finetune_on_a_pretraining_problem_is_one_line(tmp_path):
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("textrain-finetune: error:") and "'usr_toy_problem' is not a fine-tuning task" in last
+
+
+def test_the_plain_spec_imports_no_tensorflow():
+    code = ("import sys, textrain.trainers.run_spec, textrain.trainers.train_config; "
+            "sys.exit('tensorflow' in sys.modules)")
+    assert subprocess.run([sys.executable, "-c", code], cwd=REPO, env=_env(), timeout=120).returncode == 0
