@@ -1,9 +1,9 @@
 """THE function that runs a run specification (trainers/run_spec.py): every trainer CLI ends here.
 
-`run(spec)` builds the problem, the model (its one constructor, `from_settings`), the optimizer, the
-input seed and the evaluators, trains through THE loop (trainers/core.Trainer), then evaluates,
-predicts and exports as the spec says, and returns a `RunResult`. It prints nothing: each CLI prints
-its own lines from the result.
+`run(spec)` first `resolve`s it (strategy, problem, train manifest, input context: built once, here), then
+builds the model (its one constructor, `from_settings`), the optimizer, the input seed and the evaluators,
+trains through THE loop (trainers/core.Trainer), evaluates, predicts and exports as the spec says, and returns
+a `RunResult`. It prints nothing: each CLI prints its own lines from the result.
 
 Decisions:
 - Data seed. With `spec.seed` the input pipeline uses it. Without, and with `input.record_data_seed`, a
