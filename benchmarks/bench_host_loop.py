@@ -26,6 +26,8 @@ import tensorflow as tf  # noqa: E402
 
 from textrain.models.base import StepOutput, Term, TrainableModel  # noqa: E402
 from textrain.trainers import core, optimization  # noqa: E402
+from textrain.trainers.strategy import make_strategy  # noqa: E402
+from textrain.trainers.train_config import TrainConfig  # noqa: E402
 
 
 class Tiny(TrainableModel):
@@ -48,7 +50,7 @@ def dataset_fn(ctx: tf.distribute.InputContext) -> tf.data.Dataset:
 
 def measure(strategy, iterations_per_loop: int, steps: int, model_dir: str) -> tuple[float, float]:
     """(steps/s wall, CPU seconds per step) for `steps` steps after one warm-up loop."""
-    config = core.TrainConfig(model_dir=model_dir, num_train_steps=iterations_per_loop,
+    config = TrainConfig(model_dir=model_dir, num_train_steps=iterations_per_loop,
                               iterations_per_loop=iterations_per_loop, save_checkpoints_steps=10**9,
                               log_steps=10**9, handle_sigterm=False)
     trainer = core.Trainer(strategy, Tiny, lambda: optimization.create_optimizer(0.01, 10**6, 0), dataset_fn, config)
@@ -66,7 +68,7 @@ def main() -> None:
     parser.add_argument("--loops", type=int, nargs="+", default=[1, 100])
     args = parser.parse_args()
     logging.getLogger("textrain").setLevel(logging.WARNING)
-    strategy = core.make_strategy("one_device", 0)
+    strategy = make_strategy("one_device", 0)
     print(f"tiny model (16->4 linear, batch 32), {args.steps} timed steps per setting, one device")
     results = {}
     for ipl in args.loops:

@@ -162,7 +162,7 @@ def child_step(case: Case, data_dir: str, size: str, warmup: int, steps: int) ->
 
     from textrain.framework import registry
     from textrain.models.base import weighted_loss
-    from textrain.trainers.flags import model_settings_from_flags
+    from textrain.trainers.trainer_flags import model_settings_from_flags
 
     problem = _problem(case, data_dir)
     manifest = problem.read_manifest(data_dir, "train")
@@ -172,7 +172,7 @@ def child_step(case: Case, data_dir: str, size: str, warmup: int, steps: int) ->
     if "electra_config_file" in flags:  # the tiny ELECTRA's json, with the data's vocabulary size
         with open(flags["electra_config_file"], "w") as f:
             json.dump(dict(ELECTRA_TINY, vocab_size=int(manifest["settings"]["vocab_size"])), f)
-    # As the trainers build it: its one constructor, settings from the flags (trainers/flags.py).
+    # As the trainers build it: its one constructor, settings from the flags (trainers/trainer_flags.py).
     model = registry.models.get(case.model).from_settings(
         manifest=manifest, **model_settings_from_flags(types.SimpleNamespace(**flags)))
     batch = next(iter(_dataset(case, problem, data_dir)))

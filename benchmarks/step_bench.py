@@ -109,7 +109,9 @@ def make_trainer(model_fn: Callable, batch: dict, *, precision: str = "fp32", ji
     import sys
     if REPO not in sys.path:
         sys.path.insert(0, REPO)
-    from textrain.trainers.core import Trainer, TrainConfig, make_strategy
+    from textrain.trainers.core import Trainer
+    from textrain.trainers.strategy import make_strategy
+    from textrain.trainers.train_config import TrainConfig
     from textrain.trainers.optimization import create_optimizer
 
     model_dir = model_dir or tempfile.mkdtemp(prefix="step_bench_")

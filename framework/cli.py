@@ -21,7 +21,7 @@ Decisions:
 - The one line is printed last and flushed, after everything TensorFlow logged, so it cannot be buried.
 - `--help` lists every textrain flag under the CLI's own docstring: absl shows only the main module's key
   flags and doc, and a console script's main module is pip's generated wrapper (no flags, no doc), while
-  under `python -m` most flags live in other textrain modules (trainers/flags.py, the problems' settings).
+  under `python -m` most flags live in other textrain modules (trainers/trainer_flags.py, the problems' settings).
 """
 from __future__ import annotations
 

@@ -33,12 +33,15 @@ import numpy as np
 from textrain.framework import encoders, fileio, manifests, metrics as metric_fns
 from textrain.framework.errors import UserError
 from textrain.framework.lazy_tf import tf
+
 from textrain.framework.problem import DataParams, ModeKeys, Problem
 
 log = logging.getLogger("textrain.tasks")
 
 
 TOKENIZERS = ("wordpiece", "sentencepiece")
+# What a sequence-level task predicts (a FinetuneTask's and a classifier's task_type).
+TASK_TYPES = ("classification", "regression", "multilabel")
 
 
 def check_tokenizer(name: str) -> None:

@@ -319,6 +319,10 @@ class BertPretrainer(TrainableModel):
         self.build(None)
 
     @classmethod
+    def from_config(cls, config: dict, *, num_labels: int | None = None, n_top: tuple[int, int] = (5, 5)):
+        return cls(BertConfig.from_dict(config))
+
+    @classmethod
     def from_settings(cls, *, size: str | None = None, config_file: str | None = None,
                       vocab_size: int | None = None, manifest: dict | None = None, **_other: Any) -> "BertPretrainer":
         """The one constructor (every trainer builds the model through it): see `pretraining_config`;
@@ -376,9 +380,11 @@ class BertClassifier(ClassifierModel):
     same head (models/task_heads.py); the original has classification only.
     """
 
+    serves_raw_text = True  # WordPiece: tokenised in the serving graph (trainers/export.py)
+
     encoder_attribute = "bert"
     # Pretraining-only names of an original release (MLM/NSP heads).
-    tf1_allow_unexpected = (r"^cls/",)
+    init_allow_unexpected = (r"^cls/",)
 
     def __init__(self, config: BertConfig | str | dict, num_labels: int = 2, task_type: str = "classification",
                  name: str = "bert_classifier", **kwargs):
@@ -423,6 +429,10 @@ class BertClassifier(ClassifierModel):
     def init_from_pretrained(self, path: str) -> list[str]:
         """Load the encoder and pooler from an original pretraining checkpoint; heads stay fresh."""
         return self.load_init_checkpoint(path)
+
+    @classmethod
+    def from_config(cls, config: dict, *, num_labels: int | None = None, n_top: tuple[int, int] = (5, 5)):
+        return cls(BertConfig.from_dict(config), num_labels=int(num_labels or 2))
 
     @classmethod
     def from_settings(cls, *, num_labels: int | None = None, task_type: str | None = None, size: str | None = None,

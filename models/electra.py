@@ -50,7 +50,7 @@ import tensorflow as tf
 from textrain.models.layers.dense import Dense
 
 from textrain.framework.registry import register_model
-from textrain.models.base import StepOutput, Term, TrainableModel
+from textrain.models.base import StepOutput, Term, TrainableModel, model_setting
 from textrain.models.bert import BertConfig, MaskedLMHead, check_data_fits, encoder_from_config
 from textrain.models import hf_format
 from textrain.models.checkpoints import load_tf1_checkpoint
@@ -181,7 +181,7 @@ class MaskedInputs(NamedTuple):
 class SeededDraws:
     """Training-time draws (masking, sampling) from a Keras SeedGenerator, one fresh stateless seed per
     draw with the replica id folded in (replicas mask differently). The generator's state is in the
-    trainer's checkpoint (trainers/core.seed_states), so a resumed run draws what the uninterrupted one would;
+    trainer's checkpoint (trainers/checkpointing.seed_states), so a resumed run draws what the uninterrupted one would;
     stateful `tf.random` ops would restart from their first draw."""
 
     def __init__(self, seed_generator: tf.keras.random.SeedGenerator):
@@ -332,12 +332,34 @@ class DiscriminatorHead(tf.keras.layers.Layer):
         return names
 
 
+@dataclasses.dataclass
+class ElectraSettings:
+    """ELECTRA's model flags (google-research/electra configure_pretraining.py); None: the preset."""
+
+    model_size: str | None = model_setting('small | base | large preset (BERT and ELECTRA).')
+    vocab_size: int | None = model_setting("Vocabulary size (default: the data manifest's).")
+    mask_prob: float | None = model_setting('Masking probability (original 0.15).')
+    gen_weight: float | None = model_setting('Generator MLM loss weight (original 1.0).')
+    disc_weight: float | None = model_setting('Discriminator loss weight (original 50.0).')
+    generator_hidden_size: float | None = model_setting(
+        "Generator width as a fraction of the discriminator's (original 0.25).")
+    temperature: float | None = model_setting('Gumbel sampling temperature (original 1.0).')
+    disallow_correct: bool | None = model_setting('Never sample the original token (original False).')
+    generator_layers: float | None = model_setting(
+        "Generator depth as a fraction of the discriminator's (original 1.0).")
+    embedding_size: int | None = model_setting('Embedding width; projected when it differs from the hidden size.')
+    untied_generator_embeddings: bool | None = model_setting('Separate generator embeddings (original: tied).')
+    electra_config_file: str | None = model_setting('ELECTRA discriminator config JSON (BERT format).')
+
+
 @register_model(name="electra")
 class ElectraPretrainer(TrainableModel):
     """Generator + discriminator trained with replaced token detection.
 
     Features: `input_ids`, `input_mask`, `segment_ids` `[B, L]` (problems/electra_pretrain.py records).
     """
+
+    Settings = ElectraSettings  # its fields are trainer flags (trainers/trainer_flags.py)
 
     def __init__(self, config: ElectraConfig, objective: ElectraObjective | None = None,
                  special_ids: dict[str, int] | None = None, name: str = "electra_pretrainer", **kwargs):
@@ -360,6 +382,10 @@ class ElectraPretrainer(TrainableModel):
         self.seed_generator = tf.keras.random.SeedGenerator(seed=None, name="replacement_seed")
         self._train_draws = SeededDraws(self.seed_generator)
         self._build_variables()
+
+    @classmethod
+    def from_config(cls, config: dict, *, num_labels: int | None = None, n_top: tuple[int, int] = (5, 5)):
+        return cls(ElectraConfig.from_dict(config))
 
     @classmethod
     def from_settings(cls, *, size: str | None = None, config_file: str | None = None,
@@ -526,9 +552,11 @@ class ElectraClassifier(ClassifierModel):
     Regression is the same dense with one unit (squared error), as its RegressionTask.
     """
 
+    serves_raw_text = True  # WordPiece: tokenised in the serving graph (trainers/export.py)
+
     encoder_attribute = "discriminator"
     # Pretraining-only parts of an original ELECTRA checkpoint.
-    tf1_allow_unexpected = (r"^generator/", r"^generator_predictions/", r"^discriminator_predictions/")
+    init_allow_unexpected = (r"^generator/", r"^generator_predictions/", r"^discriminator_predictions/")
     HEAD_DROPOUT = 0.1
 
     def __init__(self, config: ElectraConfig, num_labels: int = 2, task_type: str = "classification",

@@ -42,11 +42,11 @@ from textrain.framework.encoders import XLNET_SPECIAL_IDS
 from textrain.models import bert as bert_lib
 from textrain.models import electra as electra_lib
 from textrain.models import xlnet as xlnet_lib
-from textrain.models.base import StepOutput, Term, TrainableModel
+from textrain.models.base import StepOutput, Term
 from textrain.models.bert import BertConfig, BertModel, TransposedDense, encoder_from_config, resolve_config
 from textrain.models.checkpoints import backing_variable
 from textrain.models.electra import ElectraConfig
-from textrain.models.task_heads import ClassifierModel
+from textrain.models.task_heads import EncoderFinetuneModel
 from textrain.models.layers.activations import get_activation
 from textrain.models.layers.dense import Dense
 from textrain.models.layers.transformer import dense_variable_map, layer_norm_variable_map
@@ -111,19 +111,14 @@ def bert_like_inputs(features: dict[str, tf.Tensor]) -> tuple[tf.Tensor, tf.Tens
     return features["input_ids"], features.get("input_mask"), features.get("segment_ids")
 
 
-class QAModel(TrainableModel):
+class QAModel(EncoderFinetuneModel):
     """What the fine-tuning trainer asks of a model (trainers/finetune.py), shared with the classifiers:
     `from_settings`, `load_init_checkpoint` (encoder from an original TF1 release or a textrain
     pretraining run, head fresh: models/task_heads.py's one implementation, reading `encoder_attribute`,
-    `encoder_tf1_variable_map` and `tf1_allow_unexpected`), `serving_features`, `num_layers` and
+    `encoder_tf1_variable_map` and `init_allow_unexpected`), `serving_features`, `num_layers` and
     `lr_decay_style` (layer-wise LR decay)."""
 
     task_type = "span_extraction"
-    encoder_attribute = ""
-    tf1_allow_unexpected: tuple[str, ...] = ()
-    lr_decay_style = "electra"
-    load_init_checkpoint = ClassifierModel.load_init_checkpoint
-    serving_features = ClassifierModel.serving_features
 
     def tf1_variable_map(self, include_head: bool = True) -> dict[str, tf.Variable]:
         raise NotImplementedError
@@ -137,8 +132,7 @@ class QAModel(TrainableModel):
 
     @property
     def num_layers(self) -> int:
-        c = self.config
-        return int(getattr(c, "num_hidden_layers", getattr(c, "n_layer", 0)))
+        return int(self.config.num_hidden_layers)  # BERT and ELECTRA configs; the XLNet heads count n_layer
 
 
 def _bert_config(size, config_file, overrides, manifest) -> BertConfig:
@@ -160,7 +154,7 @@ class BertSquad(QAModel):
     end_positions (+ unique_ids, passed through predict_outputs)."""
 
     encoder_attribute = "bert"
-    tf1_allow_unexpected = (r"^cls/",)
+    init_allow_unexpected = (r"^cls/",)
 
     def __init__(self, config: BertConfig | str | dict, name: str = "bert_squad", **kwargs):
         super().__init__(name=name, **kwargs)
@@ -191,6 +185,10 @@ class BertSquad(QAModel):
         return names
 
     @classmethod
+    def from_config(cls, config: dict, *, num_labels: int | None = None, n_top: tuple[int, int] = (5, 5)):
+        return cls(BertConfig.from_dict(config))
+
+    @classmethod
     def from_settings(cls, *, size=None, config_file=None, overrides=None, manifest=None, **_) -> "BertSquad":
         return cls(_bert_config(size, config_file, overrides, manifest))
 
@@ -203,7 +201,7 @@ class ElectraSquad(QAModel):
     """ELECTRA's discriminator + its QA head (joint start/end prediction, answerable classifier for v2)."""
 
     encoder_attribute = "discriminator"  # as in the pretrainer: textrain checkpoints load by this path
-    tf1_allow_unexpected = (r"^generator/", r"^generator_predictions/", r"^discriminator_predictions/")
+    init_allow_unexpected = (r"^generator/", r"^generator_predictions/", r"^discriminator_predictions/")
 
     def __init__(self, config: ElectraConfig, with_negative: bool = False, beam_size: int = 20,
                  answerable_weight: float = 0.5, name: str = "electra_squad", **kwargs):
@@ -308,8 +306,13 @@ class XLNetSquad(QAModel):
     cls_index, start_positions, end_positions, is_impossible (+ unique_ids)."""
 
     encoder_attribute = "transformer"
-    tf1_allow_unexpected = (r"^model/lm_loss/",)
+    tokenizer = "sentencepiece"
+    init_allow_unexpected = (r"^model/lm_loss/",)
     lr_decay_style = "xlnet"
+
+    @property
+    def num_layers(self) -> int:
+        return int(self.config.n_layer)
 
     def __init__(self, config: XLNetConfig, start_n_top: int = 5, end_n_top: int = 5,
                  name: str = "xlnet_squad", **kwargs):
@@ -405,6 +408,10 @@ class XLNetSquad(QAModel):
                 "cls_index": tf.argmax(tf.cast(cls, tf.int32), axis=-1, output_type=tf.int32)}
 
     @classmethod
+    def from_config(cls, config: dict, *, num_labels: int | None = None, n_top: tuple[int, int] = (5, 5)):
+        return cls(XLNetConfig(**config), start_n_top=n_top[0], end_n_top=n_top[1])
+
+    @classmethod
     def from_settings(cls, *, size=None, config_file=None, overrides=None, manifest=None, **_) -> "XLNetSquad":
         return cls(xlnet_lib.config_from_settings(size, config_file, overrides, manifest))
 
@@ -446,7 +453,7 @@ class BertRace(ChoiceModel):
     """BERT multiple choice: pooled output of each (article, question + option) row -> one logit."""
 
     encoder_attribute = "bert"
-    tf1_allow_unexpected = (r"^cls/",)
+    init_allow_unexpected = (r"^cls/",)
 
     def __init__(self, config: BertConfig | str | dict, num_choices: int = 4, name: str = "bert_race", **kwargs):
         super().__init__(name=name, **kwargs)
@@ -484,8 +491,13 @@ class XLNetRace(ChoiceModel):
     """XLNet multiple choice as run_race.py: last state (<cls>) -> summary projection -> logits/dense."""
 
     encoder_attribute = "transformer"
-    tf1_allow_unexpected = (r"^model/lm_loss/",)
+    tokenizer = "sentencepiece"
+    init_allow_unexpected = (r"^model/lm_loss/",)
     lr_decay_style = "xlnet"
+
+    @property
+    def num_layers(self) -> int:
+        return int(self.config.n_layer)
 
     def __init__(self, config: XLNetConfig, num_choices: int = 4, name: str = "xlnet_race", **kwargs):
         super().__init__(name=name, **kwargs)

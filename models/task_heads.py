@@ -24,15 +24,15 @@ Decisions:
 from __future__ import annotations
 
 import re
-from typing import Any, Sequence
+from typing import Any
 
 import tensorflow as tf
 
+from textrain.framework.tasks import TASK_TYPES
 from textrain.models import hf_format
-from textrain.models.base import StepOutput, Term, TrainableModel
+from textrain.models.base import FinetuneModel, StepOutput, Term
 from textrain.models.checkpoints import load_tf1_checkpoint
 
-TASK_TYPES = ("classification", "regression", "multilabel")
 
 
 def check_task(task_type: str, num_labels: int) -> None:
@@ -107,53 +107,16 @@ def task_type_from_manifest(manifest: dict | None) -> str:
     return str(settings.get("task_type") or "classification")
 
 
-class ClassifierModel(TrainableModel):
-    """Base of the sequence-level fine-tuning models (see the module docstring).
-
-    Subclasses set `encoder_attribute` (the attribute holding the encoder, as in their pretrainer),
-    `tf1_allow_unexpected` (pretraining-only names of the original checkpoints) and implement
-    `logits(features, training)`, `encoder_tf1_variable_map()` and `head_tf1_variable_map()`.
-    """
+class EncoderFinetuneModel(FinetuneModel):
+    """A FinetuneModel whose encoder sits in the attribute `encoder_attribute` (as in its pretrainer) and maps
+    to the original checkpoints' names by `encoder_tf1_variable_map()`: its init_checkpoint loading, shared by
+    the classifiers here and the QA / multiple-choice heads (models/qa_heads.py)."""
 
     encoder_attribute: str = ""
-    tf1_allow_unexpected: Sequence[str] = ()
-    lr_decay_style: str = "electra"  # trainers/optimization.py: depth rule of layer-wise LR decay
+    init_allow_unexpected = ()  # each head names the pretraining scopes of its family's releases
 
-    def __init__(self, num_labels: int, task_type: str = "classification", **kwargs):
-        super().__init__(**kwargs)
-        check_task(task_type, num_labels)
-        self.num_labels = int(num_labels)
-        self.task_type = task_type
-
-    # -- the task
-    def logits(self, features: dict[str, tf.Tensor], training: bool = False) -> tf.Tensor:
-        raise NotImplementedError
-
-    def call(self, features: dict[str, tf.Tensor], training: bool = False) -> tf.Tensor:
-        """-> float32 logits `[B, num_labels]`."""
-        return self.logits(features, training=training)
-
-    def step_output(self, features: dict[str, tf.Tensor], state: Any, training: bool) -> StepOutput:
-        logits = self.logits(features, training=training)
-        losses, metrics = task_terms(logits, features["label_ids"], self.task_type,
-                                     features.get("is_real_example"))
-        return StepOutput(losses=losses, metrics=metrics, state=state if state is not None else {})
-
-    def predict_outputs(self, features: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
-        """Inference outputs (no dropout): logits + probabilities, or predictions for regression."""
-        return outputs_from_logits(self.logits(features, training=False), self.task_type)
-
-    # -- checkpoints
     def encoder_tf1_variable_map(self) -> dict[str, tf.Variable]:
         raise NotImplementedError
-
-    def head_tf1_variable_map(self) -> dict[str, tf.Variable]:
-        raise NotImplementedError
-
-    def tf1_variable_map(self) -> dict[str, tf.Variable]:
-        names = self.encoder_tf1_variable_map()
-        names.update(self.head_tf1_variable_map())
-        return names
 
     def load_init_checkpoint(self, path: str, init_head: bool = False) -> list[str]:
         """Initialise the encoder from `path` (a checkpoint prefix, a model_dir or a Hugging Face
@@ -192,10 +155,47 @@ class ClassifierModel(TrainableModel):
         unused_head = tuple(f"^{re.escape(n)}$" for n in head) + (f"^{hf_format.HF_ONLY_SCOPE}/",) \
             if head_may_stay and not init_head else ()
         return load_tf1_checkpoint(path, {**encoder, **(head if init_head else {})},
-                                   allow_unexpected=tuple(self.tf1_allow_unexpected) + unused_head)
+                                   allow_unexpected=self.init_allow_unexpected + unused_head)
 
-    # -- serving
-    def serving_features(self, input_ids: tf.Tensor, input_mask: tf.Tensor,
-                         segment_ids: tf.Tensor) -> dict[str, tf.Tensor]:
-        """Features from the three id tensors of the serving signature (see trainers/export.py)."""
-        return {"input_ids": input_ids, "input_mask": input_mask, "segment_ids": segment_ids}
+
+class ClassifierModel(EncoderFinetuneModel):
+    """Base of the sequence-level fine-tuning models (see the module docstring).
+
+    Subclasses set `encoder_attribute` (the attribute holding the encoder, as in their pretrainer),
+    `init_allow_unexpected` (pretraining-only names of the original checkpoints) and implement
+    `logits(features, training)`, `encoder_tf1_variable_map()` and `head_tf1_variable_map()`.
+    """
+
+
+    def __init__(self, num_labels: int, task_type: str = "classification", **kwargs):
+        super().__init__(**kwargs)
+        check_task(task_type, num_labels)
+        self.num_labels = int(num_labels)
+        self.task_type = task_type
+
+    # -- the task
+    def logits(self, features: dict[str, tf.Tensor], training: bool = False) -> tf.Tensor:
+        raise NotImplementedError
+
+    def call(self, features: dict[str, tf.Tensor], training: bool = False) -> tf.Tensor:
+        """-> float32 logits `[B, num_labels]`."""
+        return self.logits(features, training=training)
+
+    def step_output(self, features: dict[str, tf.Tensor], state: Any, training: bool) -> StepOutput:
+        logits = self.logits(features, training=training)
+        losses, metrics = task_terms(logits, features["label_ids"], self.task_type,
+                                     features.get("is_real_example"))
+        return StepOutput(losses=losses, metrics=metrics, state=state if state is not None else {})
+
+    def predict_outputs(self, features: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+        """Inference outputs (no dropout): logits + probabilities, or predictions for regression."""
+        return outputs_from_logits(self.logits(features, training=False), self.task_type)
+
+    # -- checkpoints
+    def head_tf1_variable_map(self) -> dict[str, tf.Variable]:
+        raise NotImplementedError
+
+    def tf1_variable_map(self) -> dict[str, tf.Variable]:
+        names = self.encoder_tf1_variable_map()
+        names.update(self.head_tf1_variable_map())
+        return names

@@ -44,7 +44,7 @@ import tensorflow as tf
 
 from textrain.framework.registry import register_model
 from textrain.models import beam_search as search
-from textrain.models.base import StepOutput, Term, TrainableModel
+from textrain.models.base import Seq2SeqModel, StepOutput, Term
 from textrain.models.layers.attention import MultiHeadAttention
 from textrain.models.layers.dense import Dense
 
@@ -313,7 +313,7 @@ def smoothed_cross_entropy(logits: tf.Tensor, labels: tf.Tensor, label_smoothing
 
 
 @register_model(name="transformer")
-class Transformer(TrainableModel):
+class Transformer(Seq2SeqModel):
     """Features `inputs` `[B, Ls]` and `targets` `[B, Lt]` (ids, 0 = padding, EOS-terminated)."""
 
     def __init__(self, hparams: TransformerHParams, input_vocab_size: int, target_vocab_size: int,

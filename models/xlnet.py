@@ -39,7 +39,7 @@ import tensorflow as tf
 from absl import logging
 
 from textrain.framework.registry import register_model
-from textrain.models.base import StepOutput, Term, TrainableModel
+from textrain.models.base import StepOutput, Term, TrainableModel, model_setting
 from textrain.models import hf_format
 from textrain.models.checkpoints import backing_variable
 from textrain.models.task_heads import ClassifierModel, num_labels_from_manifest, task_type_from_manifest
@@ -379,6 +379,41 @@ class XLNetEncoder(tf.keras.layers.Layer):
 FEATURES = ("input_k", "input_q", "seg_id", "perm_mask", "target", "target_mask")
 
 
+@dataclasses.dataclass
+class XLNetSettings:
+    """XLNet's model flags (zihangdai/xlnet train_gpu.py); None: the preset / config file / data manifest."""
+
+    seq_len: int | None = model_setting('XLNet sequence length (original 512); checked against the manifest.')
+    reuse_len: int | None = model_setting('Tokens reused as memory in each example (original 256).')
+    mem_len: int | None = model_setting('Memory length carried across steps (original 0 in data, 384 in training).')
+    perm_size: int | None = model_setting('Permutation window (original = reuse_len).')
+    bi_data: bool | None = model_setting('Bidirectional data pipeline (original True); checked against the manifest.')
+    mask_alpha: int | None = model_setting('Tokens per group of masked spans (original 6).')
+    mask_beta: int | None = model_setting('Masked tokens per group (original 1).')
+    num_predict: int | None = model_setting(
+        'Predicted tokens per example (original 85); checked against the manifest.')
+    n_layer: int | None = model_setting('Layers (original 24).')
+    d_model: int | None = model_setting('Hidden size (original 1024).')
+    d_embed: int | None = model_setting('Embedding size (the original ignores it: embeddings are d_model wide).')
+    n_head: int | None = model_setting('Attention heads (original 16).')
+    d_head: int | None = model_setting('Size of each head (original 64).')
+    d_inner: int | None = model_setting('Feed-forward size (original 4096).')
+    untie_r: bool | None = model_setting('Untie the relative-attention biases across layers (original True).')
+    ff_activation: str | None = model_setting('relu or gelu (original relu).')
+    clamp_len: int | None = model_setting('Clamp relative distances (-1: no clamping).')
+    same_length: bool | None = model_setting('Same attention length for every token.')
+    uncased: bool | None = model_setting('Lower-case input (SentencePiece side).')
+    dropout: float | None = model_setting('Dropout (original 0.1).')
+    dropatt: float | None = model_setting('Attention dropout (original 0.1).')
+    model_config_path: str | None = model_setting('xlnet_config.json of an original release.')
+    attn_type: str | None = model_setting('bi or uni attention (original bi).')
+    init: str | None = model_setting('normal or uniform initialisation (original normal).')
+    init_std: float | None = model_setting('Stddev of the normal initialiser (original 0.02).')
+    init_range: float | None = model_setting('Range of the uniform initialiser (original 0.1).')
+    n_token: int | None = model_setting("Vocabulary size (default: the data manifest's).")
+    recompute: bool | None = model_setting('Recompute activations in the backward pass (memory for time).')
+
+
 @register_model(name="xlnet")
 class XLNetPretrainer(TrainableModel):
     """Permutation-LM pretraining: two-stream encoder + LM head tied to the word embedding.
@@ -389,12 +424,20 @@ class XLNetPretrainer(TrainableModel):
     `target_mask [B,P]`.
     """
 
+    Settings = XLNetSettings  # its fields are trainer flags (trainers/trainer_flags.py)
+
+    tokenizer = "sentencepiece"
+
     def __init__(self, config: XLNetConfig, **kwargs):
         super().__init__(**kwargs)
         self.config = config
         self.transformer = XLNetEncoder(config, name="transformer")
         self.lm_bias = self.add_weight(name="lm_loss_bias", shape=(config.n_token,), initializer="zeros")
         self.built = True  # every variable exists now: optimizers and checkpoints need no dummy call
+
+    @classmethod
+    def from_config(cls, config: dict, *, num_labels: int | None = None, n_top: tuple[int, int] = (5, 5)):
+        return cls(XLNetConfig(**config))
 
     @classmethod
     def from_settings(cls, *, config_file: str | None = None, seq_len: int | None = None,
@@ -470,8 +513,9 @@ class XLNetClassifier(ClassifierModel):
     """
 
     encoder_attribute = "transformer"
-    tf1_allow_unexpected = (r"^model/lm_loss/",)
+    init_allow_unexpected = (r"^model/lm_loss/",)
     lr_decay_style = "xlnet"
+    tokenizer = "sentencepiece"
 
     def __init__(self, config: XLNetConfig, num_labels: int = 2, task_type: str = "classification",
                  task_name: str = "task", name: str = "model", **kwargs):
@@ -513,6 +557,10 @@ class XLNetClassifier(ClassifierModel):
                  f"model/{kind}_{self.task_name}/logit/kernel": self.logit.kernel,
                  f"model/{kind}_{self.task_name}/logit/bias": self.logit.bias}
         return {n: backing_variable(v) for n, v in names.items()}
+
+    @classmethod
+    def from_config(cls, config: dict, *, num_labels: int | None = None, n_top: tuple[int, int] = (5, 5)):
+        return cls(XLNetConfig(**config), num_labels=int(num_labels or 2), task_name=hf_format.XLNET_TASK)
 
     @classmethod
     def from_settings(cls, *, num_labels: int | None = None, task_type: str | None = None, size: str | None = None,

@@ -385,8 +385,8 @@ def evaluate_examples(examples: Sequence[Mapping[str, Any]], predictions: Mappin
     return out
 
 
-def write_json_atomic(path: str, obj: Any) -> None:
-    """JSON (indent 4, as run_squad.py) through tf.io.gfile, written to a temp name then renamed."""
+def write_squad_json(path: str, obj: Any) -> None:
+    """JSON (indent 4, as run_squad.py; fileio.write_json_atomic sorts keys) through tf.io.gfile, written to a temp name then renamed."""
     tmp = path + ".incomplete"
     with fileio.open_file(tmp, "w") as f:
         f.write(json.dumps(obj, indent=4) + "\n")
@@ -404,7 +404,7 @@ def write_prediction_files(output_dir: str, predictions: Mapping[str, str], nbes
         files.append(("null_odds.json", null_odds))
     for name, obj in files:
         path = os.path.join(output_dir, name)
-        write_json_atomic(path, obj)
+        write_squad_json(path, obj)
         paths.append(path)
     return paths
 

@@ -10,8 +10,8 @@ from textrain.framework import registry
 from textrain.models import bert
 from textrain.models.bert import BertClassifier, BertConfig, BertPretrainer
 from textrain.models.checkpoints import CheckpointMismatchError, write_tf1_checkpoint
-from textrain.trainers import core  # noqa: E402
-from textrain.trainers.flags import model_settings_from_flags
+from textrain.trainers.strategy import make_strategy  # noqa: E402
+from textrain.trainers.trainer_flags import model_settings_from_flags
 
 # The released uncased_L-12_H-768_A-12/bert_config.json, with the extra key some releases carry.
 ORIGINAL_CONFIG = """{
@@ -287,7 +287,7 @@ def test_build_from_flags(tmp_path):
 
 def test_multi_replica_step_matches_one_replica():
     """Variables are created in the strategy scope at construction; sums/counts make 2 replicas == 1."""
-    strategy = core.make_strategy("mirrored", 2)  # one MirroredStrategy per process (trainers/core.py)
+    strategy = make_strategy("mirrored", 2)  # one MirroredStrategy per process (trainers/core.py)
     with strategy.scope():
         model = BertPretrainer(tiny_config())
     f = features(batch=4)

@@ -11,7 +11,7 @@ import tensorflow as tf
 from textrain.models import electra
 from textrain.models.base import weighted_loss
 from textrain.models.checkpoints import write_tf1_checkpoint
-from textrain.trainers.flags import model_settings_from_flags
+from textrain.trainers.trainer_flags import model_settings_from_flags
 
 PAD, CLS, SEP, MASK = 0, 2, 3, 4
 SPECIAL = {"[PAD]": PAD, "[CLS]": CLS, "[SEP]": SEP, "[MASK]": MASK}

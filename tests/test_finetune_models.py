@@ -14,7 +14,7 @@ from textrain.models.checkpoints import CheckpointMismatchError, write_tf1_check
 from textrain.models.electra import ElectraClassifier, ElectraConfig, ElectraPretrainer
 from textrain.models.task_heads import task_terms
 from textrain.models.xlnet import XLNetClassifier, XLNetConfig, XLNetEncoder, XLNetPretrainer
-from textrain.trainers import core
+from textrain.trainers.strategy import make_strategy
 from textrain.trainers.evaluation import evaluate
 from textrain.trainers.optimization import create_optimizer, model_depth_fn
 
@@ -69,7 +69,7 @@ def test_classifiers_are_registered_and_build_themselves_from_flags():
                       ("xlnet_classifier", XLNetClassifier)):
         assert registry.models.get(name) is cls
     # As train_gpu builds --model=bert_classifier / --model=bert: the flags' settings, the class's one constructor.
-    from textrain.trainers.flags import model_settings_from_flags
+    from textrain.trainers.trainer_flags import model_settings_from_flags
 
     settings = model_settings_from_flags(flags)
     model = BertClassifier.from_settings(manifest=manifest, **settings)
@@ -227,8 +227,8 @@ def _records_dataset(n: int, seed: int = 0) -> tf.data.Dataset:
 @pytest.mark.slow
 def test_evaluate_sees_every_example_once_in_order_on_two_replicas():
     n, batch = 11, 4  # 11 = 2 full global batches + a partial one (3 rows over 2 replicas)
-    one = core.make_strategy("one_device", 0)
-    two = core.make_strategy("mirrored", 2)
+    one = make_strategy("one_device", 0)
+    two = make_strategy("mirrored", 2)
     with one.scope():
         m1 = BertClassifier(bert_config(), num_labels=2)
     with two.scope():

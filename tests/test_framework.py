@@ -18,7 +18,7 @@ import toy_problems  # noqa: F401  (registers toy_lines)
 from textrain.framework import corpus, pipeline, records, registry, shards, tf_errors
 from textrain.framework.errors import RecordError, SettingsMismatchError
 from textrain.framework.problem import DataParams, ModeKeys
-from textrain.trainers import core  # noqa: E402
+from textrain.trainers.strategy import make_strategy  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 EMMA = os.path.join(HERE, "data", "austen_emma.txt")
@@ -351,7 +351,7 @@ def test_mirrored_replicas_get_their_own_slices(tmp_path):
     everything = collections.Counter(
         tuple(row) for b in problem.dataset(ModeKeys.EVAL, str(tmp_path), params, split="train")
         for row in b["targets"].numpy().tolist())
-    strategy = core.make_strategy("mirrored", 2)  # one MirroredStrategy per process (trainers/core.py)
+    strategy = make_strategy("mirrored", 2)  # one MirroredStrategy per process (trainers/core.py)
     dist = strategy.distribute_datasets_from_function(
         lambda ctx: problem.dataset(ModeKeys.EVAL, str(tmp_path), params, input_context=ctx, split="train"))
     seen = collections.Counter()

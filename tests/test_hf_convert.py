@@ -176,11 +176,12 @@ def test_pretrainer_tf1_map_reads_hf_directory():
 
 def test_trainer_init_checkpoint_reads_hf_directory(tmp_path):
     from textrain.trainers import core
+    from textrain.trainers.train_config import TrainConfig
     arch = "BertForPreTraining"
     model = convert.build_model("bert", convert.read_hf(fixture(arch)).config)
     trainer = core.Trainer.__new__(core.Trainer)  # only the init path: no strategy, data or optimizer
     trainer.model = model
-    trainer.config = core.TrainConfig(model_dir=str(tmp_path), num_train_steps=1, init_checkpoint=fixture(arch))
+    trainer.config = TrainConfig(model_dir=str(tmp_path), num_train_steps=1, init_checkpoint=fixture(arch))
     trainer._load_init_checkpoint(fixture(arch))
     assert_outputs_match(model, arch)
 

@@ -1,4 +1,4 @@
-"""trainers/core.PipelineLayout: which input pipeline a process is, how many there are and how many replicas each
+"""trainers/strategy.PipelineLayout: which input pipeline a process is, how many there are and how many replicas each
 feeds — the arithmetic behind the resume skip and per-host batches, on simulated TPU pod and multi-worker
 topologies (it is arithmetic: InputContexts as distribute_datasets_from_function builds them), and a real
 resume on another topology (2 replicas -> 1 and back) that continues the data stream where it stopped."""
@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from textrain.trainers import core
+from textrain.trainers.strategy import PipelineLayout, input_context
+from textrain.trainers.train_config import TrainerSetupError
 from test_trainer_core import make_trainer, one_device, two_replicas, write_records
 
 # (hosts or workers, replicas per host): TPU v3-8, a v3-32 slice, a v3-256 pod; MWMS 2 workers x 2 devices.
@@ -21,7 +22,7 @@ TOPOLOGIES = [(1, 8), (4, 8), (32, 8), (2, 2)]
 @pytest.mark.parametrize("hosts,cores", TOPOLOGIES)
 def test_each_pipeline_skips_only_what_it_fed_its_own_replicas(hosts, cores):
     global_batch, step, accum = 4 * hosts * cores, 1000, 2
-    layouts = [core.PipelineLayout.of(tf.distribute.InputContext(hosts, h, hosts * cores)) for h in range(hosts)]
+    layouts = [PipelineLayout.of(tf.distribute.InputContext(hosts, h, hosts * cores)) for h in range(hosts)]
     for h, layout in enumerate(layouts):
         ctx = tf.distribute.InputContext(hosts, h, hosts * cores)
         assert layout.replicas_per_pipeline == cores
@@ -33,13 +34,13 @@ def test_each_pipeline_skips_only_what_it_fed_its_own_replicas(hosts, cores):
 
 
 def test_a_batch_that_does_not_split_over_the_replicas_is_one_line():
-    layout = core.PipelineLayout.of(tf.distribute.InputContext(4, 0, 32))
-    with pytest.raises(core.TrainerSetupError, match="not a multiple of the 32 replicas"):
+    layout = PipelineLayout.of(tf.distribute.InputContext(4, 0, 32))
+    with pytest.raises(TrainerSetupError, match="not a multiple of the 32 replicas"):
         layout.pipeline_batch(48)
 
 
 def test_mirrored_strategy_is_one_pipeline_feeding_every_replica():
-    layout = core.PipelineLayout.of(core.input_context(two_replicas()))
+    layout = PipelineLayout.of(input_context(two_replicas()))
     assert (layout.num_pipelines, layout.pipeline_id, layout.replicas_per_pipeline) == (1, 0, 2)
 
 
@@ -99,7 +100,7 @@ def test_xlnet_per_host_batch_checks_agree_on_a_pod(hosts, cores):
 
     hp = xp.XlnetPretrainHParams(bsz_per_host=32, num_core_per_host=cores)
     manifest = {"settings": {"bsz_per_host": 32, "num_core_per_host": cores}}
-    layout = core.PipelineLayout.of(tf.distribute.InputContext(hosts, 0, hosts * cores))
+    layout = PipelineLayout.of(tf.distribute.InputContext(hosts, 0, hosts * cores))
     launch.define_all_flags([])
     try:
         for global_batch, ok in ((32 * hosts, True), (32 * hosts * 2, False)):

@@ -3,7 +3,7 @@ uninterrupted run's bit for bit (with --seed), for BERT, ELECTRA and XLNet (memo
 trainer CLI.
 
 Everything that draws randomness during training must come from checkpointed state: dropout's and ELECTRA's
-Keras seed generators (trainers/core.seed_states), the input iterator, XLNet's per-replica memories. With any
+Keras seed generators (trainers/checkpointing.seed_states), the input iterator, XLNet's per-replica memories. With any
 of them missing the resumed run is close to, not equal to, the uninterrupted one (issue 24, finding 8).
 """
 from __future__ import annotations

@@ -46,7 +46,7 @@ def _same_weights(a: str, b: str) -> None:
 def test_pretraining_spec_equals_the_train_gpu_cli(tmp_path):
     """The usr_dir toy problem and model: CLI and RunSpec train 6 steps to the same loss and weights."""
     from textrain.framework import registry
-    from textrain.trainers.core import TrainConfig
+    from textrain.trainers.train_config import TrainConfig
     from textrain.trainers.run import run
     from textrain.trainers.run_spec import ModelSpec, OptimizerSpec, ProblemSpec, RunSpec
 
@@ -99,7 +99,7 @@ def tsv_task(tmp_path_factory):
 def test_finetune_spec_equals_the_finetune_cli(tmp_path, tsv_task):
     """A tiny BERT classifier: textrain-finetune (gin) and a RunSpec reach the same loss, eval and weights."""
     from textrain.framework import registry
-    from textrain.trainers.core import TrainConfig
+    from textrain.trainers.train_config import TrainConfig
     from textrain.trainers.run import run
     from textrain.trainers.run_spec import EvalSpec, InputSpec, ModelSpec, OptimizerSpec, ProblemSpec, RunSpec
 
@@ -140,13 +140,13 @@ def test_finetune_spec_equals_the_finetune_cli(tmp_path, tsv_task):
 
 
 def test_flags_map_to_model_settings_by_one_adapter():
-    """trainers/flags.model_settings_from_flags: set flags only, --model_size as `size`, the config-file flag
+    """trainers/trainer_flags.model_settings_from_flags: set flags only, --model_size as `size`, the config-file flag
     given as `config_file`; every registered model takes the result through its one constructor."""
     import types
 
     from textrain.framework import registry
     from textrain.models.base import TrainableModel
-    from textrain.trainers.flags import model_settings_from_flags
+    from textrain.trainers.trainer_flags import model_settings_from_flags
 
     flags = types.SimpleNamespace(model_size="tiny", bert_config_file=None, electra_config_file="e.json",
                                   mask_prob=None, disc_weight=20.0, n_layer=2, hparams="")
@@ -156,3 +156,40 @@ def test_flags_map_to_model_settings_by_one_adapter():
     for name in registry.models.names():
         cls = registry.models.get(name)
         assert issubclass(cls, TrainableModel) and "from_settings" in vars(cls), name
+
+
+def test_eval_on_a_pretraining_problem_is_one_user_error(tmp_path):
+    """eval, predict and export need a fine-tuning task: run() says so in one line before building anything."""
+    from textrain.framework import registry
+    from textrain.framework.errors import UserError
+    from textrain.trainers.run import run
+    from textrain.trainers.run_spec import EvalSpec, ExportSpec, ModelSpec, PredictSpec, ProblemSpec, RunSpec
+    from textrain.trainers.train_config import TrainConfig
+
+    registry.import_usr_dir(USR_TOY)
+    for part in (dict(eval=EvalSpec(enabled=True)), dict(predict=PredictSpec(enabled=True)),
+                 dict(export=ExportSpec(enabled=True))):
+        spec = RunSpec(problem=ProblemSpec("usr_toy_problem"), model=ModelSpec("usr_toy_model"),
+                       data_dir=str(tmp_path / "data"),
+                       train=TrainConfig(model_dir=str(tmp_path / "run"), num_train_steps=1), **part)
+        with pytest.raises(UserError, match="'usr_toy_problem' is not a fine-tuning task") as raised:
+            run(spec)
+        assert "\n" not in str(raised.value)
+        assert not (tmp_path / "run").exists()
+
+
+def test_finetune_on_a_pretraining_problem_is_one_line(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "textrain.trainers.finetune", f"--gin_param=finetune.usr_dir='{USR_TOY}'",
+         "--gin_param=finetune.model='bert_classifier'", "--gin_param=finetune.task='usr_toy_problem'",
+         f"--gin_param=finetune.data_dir='{tmp_path / 'data'}'", f"--gin_param=finetune.model_dir='{tmp_path / 'm'}'"],
+        cwd=REPO, env=_env(), capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("textrain-finetune: error:") and "'usr_toy_problem' is not a fine-tuning task" in last
+
+
+def test_the_plain_spec_imports_no_tensorflow():
+    code = ("import sys, textrain.trainers.run_spec, textrain.trainers.train_config; "
+            "sys.exit('tensorflow' in sys.modules)")
+    assert subprocess.run([sys.executable, "-c", code], cwd=REPO, env=_env(), timeout=120).returncode == 0

@@ -178,14 +178,16 @@ def test_the_tpu_replica_step_compiles_with_xla_on_cpu(tmp_path):
     backward pass is one XLA program on CPU (its HLO), and training with it runs."""
     from tests.test_trainer_core import Toy, make_dataset_fn, one_device, write_records
     from textrain.trainers import core, optimization, train_tpu
+    from textrain.trainers.strategy import input_context
+    from textrain.trainers.train_config import TrainConfig
 
     assert train_tpu.TPU_CONFIG["jit_compile"] is True and train_tpu.TPU_CONFIG["input_mode"] == "distributed"
     paths = write_records(str(tmp_path / "data"))
     trainer = core.Trainer(one_device(), Toy, lambda: optimization.create_optimizer(0.1, 10, 1),
                            make_dataset_fn(paths, 16),
-                           core.TrainConfig(model_dir=str(tmp_path / "run"), num_train_steps=4, iterations_per_loop=2,
+                           TrainConfig(model_dir=str(tmp_path / "run"), num_train_steps=4, iterations_per_loop=2,
                                             **train_tpu.TPU_CONFIG))
-    features = next(iter(make_dataset_fn(paths, 16)(core.input_context(trainer.strategy))))
+    features = next(iter(make_dataset_fn(paths, 16)(input_context(trainer.strategy))))
     state = trainer.model.initial_state(16)
     hlo = trainer._forward_fn.experimental_get_compiler_ir(features, state)(stage="hlo")
     assert "HloModule" in hlo and "dot(" in hlo  # the dense layer, compiled by XLA

@@ -31,6 +31,8 @@ from processes import recorded_step, wait_until  # noqa: E402
 
 from textrain.models.base import StepOutput, Term, TrainableModel  # noqa: E402
 from textrain.trainers import core, optimization  # noqa: E402
+from textrain.trainers.strategy import make_strategy, set_precision_policy  # noqa: E402
+from textrain.trainers.train_config import TrainConfig  # noqa: E402
 
 
 # ------------------------------------------------------------------------------------ toy pieces
@@ -109,7 +111,7 @@ def make_trainer(strategy, model_dir, paths, steps, global_batch=16, lr=0.1, shu
     return core.Trainer(
         strategy, Toy, lambda: optimization.create_optimizer(lr, 100, 2, weight_decay=0.01),  # same schedule for every run length
         make_dataset_fn(paths, global_batch, shuffle),
-        core.TrainConfig(model_dir=str(model_dir), num_train_steps=steps, global_batch_size=global_batch,
+        TrainConfig(model_dir=str(model_dir), num_train_steps=steps, global_batch_size=global_batch,
                          **config))
 
 
@@ -121,12 +123,12 @@ def weights(trainer) -> list[np.ndarray]:
 def two_replicas():
     # ONE MirroredStrategy per process: a second instance restarts the collective instance keys, and TF's
     # collective executor remembers the shapes of the first one's instances (mismatch errors).
-    return core.make_strategy("mirrored", 2)
+    return make_strategy("mirrored", 2)
 
 
 @functools.lru_cache(maxsize=None)
 def one_device():
-    return core.make_strategy("one_device", 0)
+    return make_strategy("one_device", 0)
 
 
 # ------------------------------------------------------------------------------------------ tests
@@ -224,7 +226,7 @@ def test_gradient_accumulation_exact_with_equal_counts(tmp_path):
     def trainer(model_dir, batch, k):
         return core.Trainer(two_replicas(), AllCount, lambda: optimization.create_optimizer(0.1, 3, 0),
                             make_dataset_fn(paths, batch),
-                            core.TrainConfig(model_dir=str(model_dir), num_train_steps=3, iterations_per_loop=3,
+                            TrainConfig(model_dir=str(model_dir), num_train_steps=3, iterations_per_loop=3,
                                              grad_accum_steps=k))
 
     big, acc = trainer(tmp_path / "big", 16, 1), trainer(tmp_path / "acc", 8, 2)
@@ -252,7 +254,7 @@ def test_bf16_trains(tmp_path):
         result = t.train()
         assert np.isfinite(result.loss)
     finally:
-        core.set_precision_policy("fp32")
+        set_precision_policy("fp32")
 
 
 def test_fp16_with_loss_scaling_trains(tmp_path):
@@ -263,7 +265,7 @@ def test_fp16_with_loss_scaling_trains(tmp_path):
         assert np.isfinite(result.loss) and float(t._loss_scale.scale.numpy()) == 2.0 ** 15
         assert int(t.optimizer.iterations.numpy()) == 6
     finally:
-        core.set_precision_policy("fp32")
+        set_precision_policy("fp32")
 
 
 def test_fp16_loss_scale_grows_and_shrinks_on_overflow(tmp_path):
@@ -276,7 +278,7 @@ def test_fp16_loss_scale_grows_and_shrinks_on_overflow(tmp_path):
                          loss_scale_period=2, nan_policy="skip")
         result = t.train(callbacks=[lambda fig: scales.append(float(t._loss_scale.scale.numpy()))])
     finally:
-        core.set_precision_policy("fp32")
+        set_precision_policy("fp32")
     assert scales == [2.0 ** 15, 2.0 ** 16, 2.0 ** 16, 2.0 ** 15, 2.0 ** 15, 2.0 ** 16]
     assert result.skipped_steps == 1 and int(t.optimizer.iterations.numpy()) == 5
     assert all(np.isfinite(w).all() for w in weights(t))

@@ -35,7 +35,9 @@ from textrain.framework.problem import DataParams
 from textrain.models import xlnet
 from textrain.models.base import StepOutput, Term, TrainableModel
 from textrain.problems import xlnet_pretrain as xp
-from textrain.trainers import core, optimization
+from textrain.trainers import core, optimization, strategy
+from textrain.trainers.strategy import input_context, make_strategy
+from textrain.trainers.train_config import TrainConfig
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -55,7 +57,7 @@ def _hparams(**overrides) -> xp.XlnetPretrainHParams:
     return xp.XlnetPretrainHParams(**base)
 
 
-_make_strategy = core.make_strategy  # the real one (the CLI tests patch core.make_strategy)
+_make_strategy = make_strategy  # the real one (the CLI tests patch make_strategy)
 
 
 @functools.lru_cache(maxsize=None)
@@ -139,7 +141,7 @@ def test_each_replica_receives_its_cores_rows_and_they_continue(data, tmp_path, 
     trainer = core.Trainer(
         two_replicas(), StreamProbe, lambda: optimization.create_optimizer(0.0, 100, 0),
         _dataset_fn(problem, data_dir),
-        core.TrainConfig(model_dir=str(tmp_path / "run"), num_train_steps=PROBE_STEPS, iterations_per_loop=3,
+        TrainConfig(model_dir=str(tmp_path / "run"), num_train_steps=PROBE_STEPS, iterations_per_loop=3,
                          global_batch_size=BSZ_PER_HOST, input_mode=input_mode))
     trainer.train()
     local = trainer.strategy.experimental_local_results
@@ -205,14 +207,14 @@ def test_each_replica_gets_back_its_own_memories_and_reset_policy(data, tmp_path
     trainer = core.Trainer(
         two_replicas(), lambda: xlnet.XLNetPretrainer(_tiny_config(n_token), name="model"),
         lambda: optimization.create_optimizer(0.0, 100, 0), dataset_fn,
-        core.TrainConfig(model_dir=str(tmp_path / "run"), num_train_steps=4, iterations_per_loop=2,
+        TrainConfig(model_dir=str(tmp_path / "run"), num_train_steps=4, iterations_per_loop=2,
                          global_batch_size=BSZ_PER_HOST, mem_reset="never"))
     trainer.train()  # two host loops of two steps
     mems = [v.numpy() for v in trainer.strategy.experimental_local_results(trainer._state_vars["mems"])]
     assert mems[0].shape == (2, ROWS_PER_REPLICA, 48, 32)
 
     # The same pipeline, iterated on the host: element 2t + r is replica r's batch of step t.
-    it = iter(dataset_fn(core.input_context(trainer.strategy)))
+    it = iter(dataset_fn(input_context(trainer.strategy)))
     elements = [next(it) for _ in range(6 * CORES)]
     own = [elements[r::CORES] for r in range(CORES)]
     model = trainer.model
@@ -241,7 +243,7 @@ def _main_in_process(monkeypatch, tmp_path, data_dir: str, *extra: str):
     from textrain.trainers import launch, train_gpu
 
     launch.define_all_flags([])
-    monkeypatch.setattr(core, "make_strategy",
+    monkeypatch.setattr(strategy, "make_strategy",
                         lambda kind="auto", num_gpus=0, **_: two_replicas() if num_gpus > 1 else one_device())
     argv = ["textrain-train-gpu", "--problem=xlnet_pretrain", f"--data_dir={data_dir}", "--model=xlnet",
             f"--model_dir={tmp_path / 'run'}", "--num_gpus=2", f"--train_batch_size={BSZ_PER_HOST}",

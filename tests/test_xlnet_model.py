@@ -11,8 +11,8 @@ import tensorflow as tf
 from textrain.framework.registry import models as model_registry
 from textrain.models.checkpoints import CheckpointMismatchError, load_tf1_checkpoint, write_tf1_checkpoint
 from textrain.models.xlnet import XLNetConfig, XLNetPretrainer
-from textrain.trainers import core  # noqa: E402
-from textrain.trainers.flags import model_settings_from_flags
+from textrain.trainers.strategy import make_strategy  # noqa: E402
+from textrain.trainers.trainer_flags import model_settings_from_flags
 
 B, L, P, V = 2, 8, 3, 50
 
@@ -363,7 +363,7 @@ def test_build_from_flags(tmp_path):
 def test_two_replicas_xla_and_recompute_train_with_carried_memories():
     """The trainers' shapes of use: MirroredStrategy over the 2 logical CPUs, memories carried
     between steps per replica, recompute + dropout inside tf.function, and an XLA-compiled step."""
-    strategy = core.make_strategy("mirrored", 2)  # one MirroredStrategy per process (trainers/core.py)
+    strategy = make_strategy("mirrored", 2)  # one MirroredStrategy per process (trainers/core.py)
     with strategy.scope():
         model = XLNetPretrainer(tiny(mem_len=4, reuse_len=4, dropout=0.1, dropatt=0.1, recompute=True,
                                      bi_data=True))

@@ -90,24 +90,14 @@ class Exchange:
 # ------------------------------------------------------------------------------------ textrain models
 def build_model(model_name: str, config: dict[str, Any], num_labels: int | None = None,
                 n_top: tuple[int, int] = (5, 5)):
-    from textrain.models import bert, electra, qa_heads, xlnet
-    if model_name.startswith("xlnet"):
-        xlnet_config = xlnet.XLNetConfig(**config)
-        if model_name == "xlnet":
-            return xlnet.XLNetPretrainer(xlnet_config)
-        if model_name == "xlnet_classifier":
-            return xlnet.XLNetClassifier(xlnet_config, num_labels=int(num_labels or 2), task_name=hf_format.XLNET_TASK)
-        return qa_heads.XLNetSquad(xlnet_config, start_n_top=n_top[0], end_n_top=n_top[1])
-    if model_name == "electra":
-        return electra.ElectraPretrainer(electra.ElectraConfig.from_dict(config))
-    bert_config = bert.BertConfig.from_dict(config)
-    if model_name == "bert":
-        return bert.BertPretrainer(bert_config)
-    if model_name == "bert_classifier":
-        return bert.BertClassifier(bert_config, num_labels=int(num_labels or 2))
-    if model_name == "bert_squad":
-        return qa_heads.BertSquad(bert_config)
-    raise UserError(f"--model={model_name}: textrain-convert converts {', '.join(ARCHITECTURE_OF_MODEL)}")
+    """The registered model `model_name` from an original config (its class's `from_config`)."""
+    from textrain.framework import registry
+
+    registry.import_builtins()
+    try:
+        return registry.models.get(model_name).from_config(config, num_labels=num_labels, n_top=n_top)
+    except (KeyError, NotImplementedError):
+        raise UserError(f"--model={model_name}: textrain-convert converts {', '.join(ARCHITECTURE_OF_MODEL)}") from None
 
 
 def model_variable_map(model, fresh: tuple[str, ...] = ()) -> dict:
@@ -428,7 +418,7 @@ def write_saved_model(exchange: Exchange, out: str, source: str, max_seq_length:
     model = load_into_model(exchange, source)
     tokenizer = None
     vocab = exchange.tokenizer_files.get("vocab.txt")
-    if exchange.model_name == "bert_classifier" and vocab:
+    if model.serves_raw_text and vocab:
         from textrain.framework.graph_wordpiece import GraphWordpieceTokenizer
         lower = hf_format.do_lower_case(os.path.dirname(vocab))
         tokenizer = GraphWordpieceTokenizer(vocab, do_lower_case=exchange.do_lower_case if lower is None else lower,

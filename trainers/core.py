@@ -7,7 +7,8 @@ the per-replica gradients are all-reduced with SUM. The result is exactly the gr
 mean, so N replicas give the same step as one replica with the same global batch even when replicas
 hold different numbers of masked tokens. Metrics are reported as global means sum(total)/sum(count).
 
-Decisions (and why):
+Decisions (and why); the strategy and input layout are trainers/strategy.py, checkpoints
+trainers/checkpointing.py, the loop's settings trainers/train_config.py:
 - Input. Default `input_mode="host"`: each process (worker) builds ONE dataset through
   `dataset_fn(tf.distribute.InputContext)` — the same contract as `distribute_datasets_from_function`:
   batched per replica, element i of the worker's stream goes to local replica i % n_local — and
@@ -25,11 +26,6 @@ Decisions (and why):
   At a save each local replica's copy is stacked into one host variable of the pipeline's checkpoint and
   written back at a restore. `mem_reset="every_loop"` re-initialises them at the start of every host loop;
   "never" carries them for the whole run.
-- A resumed run is the same run: everything that draws randomness during training draws from state in the
-  checkpoint. Keras keeps its SeedGenerators (dropout, ELECTRA's masking and sampling) out of
-  tf.train.Checkpoint's object graph, so their state variables are added to it explicitly (`rng`); the
-  input iterator and the memories are saved per input pipeline. A checkpoint written before this was
-  restored without them (logged).
 - Host loop. `iterations_per_loop` steps run inside one tf.function (an autograph `tf.range` loop), so
   the TPU-style host loop and the GPU loop are one code path; summaries and logs are written on the
   host between loops, outside any compiled code.
@@ -47,27 +43,11 @@ Decisions (and why):
   Non-finite gradients always skip the update (fp16 loss scaling relies on it).
 - Precision: "bf16" sets Keras' mixed_bfloat16 policy (float32 variables); "fp16" sets mixed_float16
   with dynamic loss scaling (x2 after 2000 finite steps, /2 on overflow). Losses are summed in float32.
-- Checkpoints: tf.train.Checkpoint(model, optimizer, step, iterator) + CheckpointManager keeping the
-  last `keep_checkpoint_max`, restored automatically from `model_dir`. Only when nothing is there is
-  `init_checkpoint` used: ours (object-based) or an original TF1 release (plain variable names), the
-  latter through `model.tf1_variable_map()` and models/checkpoints.load_tf1_checkpoint with the
-  pretraining heads allowed to stay unused.
-- One strategy per process: a second MirroredStrategy restarts the collective instance keys while TF's
-  collective executor remembers the first one's shapes (mismatch errors). So `make_strategy` returns the
-  same MirroredStrategy for the same devices every time it is asked (several Trainers, or several test
-  files, in one process share it).
 - SIGTERM (preemption) and SIGINT (Ctrl-C) set a flag; the loop saves a checkpoint at the end of the
   current host loop and `train` returns with `preempted=True` and `stop_signal` (the CLI exits 128 + it:
-  143 / 130). A second Ctrl-C interrupts at once.
-- Faults (trainers/checkpoint_checks.py, trainers/nonfinite.py): the chief locks model_dir and removes
-  `ckpt-N_temp*` folders of interrupted saves; a checkpoint in model_dir or an init_checkpoint that does
-  not fit the model is refused, listing the variables, before anything is restored; non-finite steps
-  say whether the loss or the gradient norm was non-finite; a run whose steps were mostly skipped fails.
-"""
+  143 / 130). A second Ctrl-C interrupts at once."""
 from __future__ import annotations
 
-import dataclasses
-import functools
 import logging
 import os
 import signal
@@ -77,220 +57,18 @@ from typing import Any, Callable, Sequence
 import tensorflow as tf
 
 from textrain.models.base import StepOutput, TrainableModel
-from textrain.framework.errors import UserError
-from textrain.models import hf_format
-from textrain.models.checkpoints import load_tf1_checkpoint
-
 from textrain.trainers import checkpoint_checks, nonfinite
+from textrain.trainers.checkpointing import TrainerCheckpoints
+from textrain.trainers.loss_scale import DynamicLossScale
 from textrain.trainers.optimization import Optimizer
+from textrain.trainers.strategy import PipelineLayout, input_context, is_chief, set_precision_policy
+from textrain.trainers.train_config import TrainConfig, TrainResult
 
 log = logging.getLogger("textrain.trainer")
 
-# Original checkpoint names a fine-tuning or continued-pretraining model may leave unused.
-DEFAULT_INIT_ALLOW_UNEXPECTED = (r"^cls/", r"^generator_predictions/", r"^discriminator_predictions/",
-                                 r"^generator/", r"/lm_loss/", r"^model/lm_loss/", r"^bert/pooler/",
-                                 r"^electra/pooler/")
-
-
-class TrainerSetupError(UserError, ValueError):
-    """A trainer flag the run cannot honour (one line from any CLI; still a ValueError)."""
-
-
-# ---------------------------------------------------------------------------------------- strategy
-def make_strategy(kind: str = "auto", num_gpus: int = 0, *, tpu: str | None = None,
-                  tpu_zone: str | None = None, gcp_project: str | None = None) -> tf.distribute.Strategy:
-    """Build the tf.distribute strategy.
-
-    kind: "auto" (num_gpus <= 1: one_device, else mirrored) | "one_device" | "mirrored" |
-    "multi_worker" (MultiWorkerMirroredStrategy from TF_CONFIG) | "tpu".
-    mirrored with `num_gpus` > the GPUs present uses that many logical CPUs when the CPU was split into
-    logical devices (tests; see tests/conftest.py), and is an error otherwise.
-    """
-    # multi_worker and tpu first: listing logical devices initialises TF's context, after which
-    # MultiWorkerMirroredStrategy can no longer configure its collectives.
-    if kind == "multi_worker":
-        if "TF_CONFIG" not in os.environ:
-            raise TrainerSetupError("--strategy=multi_worker needs the TF_CONFIG environment variable "
-                             "(cluster and task of this worker)")
-        return tf.distribute.MultiWorkerMirroredStrategy()
-    if kind == "tpu":
-        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu, zone=tpu_zone, project=gcp_project)
-        tf.config.experimental_connect_to_cluster(resolver)
-        tf.tpu.experimental.initialize_tpu_system(resolver)
-        return tf.distribute.TPUStrategy(resolver)
-    if kind == "auto":
-        kind = "mirrored" if num_gpus > 1 else "one_device"
-    gpus = tf.config.list_logical_devices("GPU")
-    if kind == "one_device":
-        return tf.distribute.OneDeviceStrategy("/gpu:0" if gpus and num_gpus != 0 else "/cpu:0")
-    if kind == "mirrored":
-        return _mirrored_strategy(tuple(_mirrored_devices(num_gpus, gpus)))
-    raise TrainerSetupError(f"unknown strategy {kind!r}; use auto, one_device, mirrored, multi_worker or tpu")
-
-
-@functools.lru_cache(maxsize=None)
-def _mirrored_strategy(devices: tuple[str, ...]) -> tf.distribute.MirroredStrategy:
-    # One instance per device set and process (see "One strategy per process" in the module docstring).
-    return tf.distribute.MirroredStrategy(list(devices))
-
-
-def _mirrored_devices(num_gpus: int, gpus: list) -> list[str]:
-    if num_gpus <= 0:
-        num_gpus = max(len(gpus), 1)
-    if len(gpus) >= num_gpus:
-        return [g.name for g in gpus[:num_gpus]]
-    cpus = tf.config.list_logical_devices("CPU")
-    if not gpus and len(cpus) >= num_gpus:
-        return [c.name for c in cpus[:num_gpus]]
-    raise TrainerSetupError(f"--num_gpus={num_gpus} but this machine has {len(gpus)} GPU(s) and {len(cpus)} "
-                     f"logical CPU(s); lower --num_gpus")
-
-
-def _is_chief(strategy: tf.distribute.Strategy) -> bool:
-    resolver = getattr(strategy, "cluster_resolver", None)
-    if resolver is None or not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
-        return True
-    task_type, task_id = resolver.task_type, resolver.task_id
-    if task_type in (None, "chief"):
-        return True
-    has_chief = "chief" in resolver.cluster_spec().as_dict()
-    return task_type == "worker" and task_id == 0 and not has_chief
-
-
-def input_context(strategy: tf.distribute.Strategy) -> tf.distribute.InputContext:
-    """This process's InputContext, as `distribute_datasets_from_function` hands it to the dataset function:
-    one input pipeline per worker (MultiWorkerMirroredStrategy) or per host (TPUStrategy: one client feeds
-    every host; this process builds pipeline 0 for its own checks, TF calls the dataset function once per
-    host with that host's context)."""
-    num_pipelines, pipeline_id = 1, 0
-    if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
-        resolver = strategy.cluster_resolver
-        spec = resolver.cluster_spec().as_dict()
-        workers = len(spec.get("worker", [])) + len(spec.get("chief", []))
-        num_pipelines = max(workers, 1)
-        if resolver.task_type == "worker" and "chief" in spec:
-            pipeline_id = resolver.task_id + 1
-        elif resolver.task_type == "worker":
-            pipeline_id = resolver.task_id
-    elif isinstance(strategy, tf.distribute.TPUStrategy):
-        num_pipelines = max(int(strategy.extended.num_hosts), 1)
-    return tf.distribute.InputContext(num_input_pipelines=num_pipelines, input_pipeline_id=pipeline_id,
-                                      num_replicas_in_sync=strategy.num_replicas_in_sync)
-
-
-@dataclasses.dataclass(frozen=True)
-class PipelineLayout:
-    """Which input pipeline this is, how many there are and how many replicas each one feeds: the one source
-    of truth for the resume skip, per-host batch checks, per-pipeline data seeds and logs. Built from an
-    InputContext, so under every strategy it says what `distribute_datasets_from_function` does: each
-    pipeline's dataset yields per-replica batches dealt to its own replicas only."""
-
-    num_pipelines: int
-    pipeline_id: int
-    num_replicas: int
-
-    @classmethod
-    def of(cls, ctx: tf.distribute.InputContext) -> "PipelineLayout":
-        return cls(ctx.num_input_pipelines, ctx.input_pipeline_id, ctx.num_replicas_in_sync)
-
-    @property
-    def replicas_per_pipeline(self) -> int:
-        return max(self.num_replicas // self.num_pipelines, 1)
-
-    def pipeline_batch(self, global_batch: int) -> int:
-        """Examples this pipeline reads per step (per micro-batch) of `global_batch`."""
-        if global_batch % self.num_replicas:
-            raise TrainerSetupError(f"--train_batch_size={global_batch} is not a multiple of the "
-                                    f"{self.num_replicas} replicas")
-        return global_batch // self.num_pipelines
-
-    def batches_consumed(self, step: int, grad_accum_steps: int = 1) -> int:
-        """Per-replica batches this pipeline's dataset has yielded after `step` steps."""
-        return step * grad_accum_steps * self.replicas_per_pipeline
-
-    def describe(self) -> str:
-        return (f"{self.num_pipelines} input pipeline(s) x {self.replicas_per_pipeline} replica(s) "
-                f"({self.num_replicas} in all)")
-
-
-def seed_states(model: tf.keras.layers.Layer) -> list:
-    """The state variables of every Keras SeedGenerator in `model`, in layer order (dropout, ELECTRA's
-    masking): Keras tracks them outside tf.train.Checkpoint's object graph, so a checkpoint of the model
-    alone would restart every random stream from its first draw."""
-    states, seen = [], set()
-    for layer in model._flatten_layers(include_self=True, recursive=True):
-        for generator in getattr(layer, "_seed_generators", ()):
-            if id(generator) not in seen:
-                seen.add(id(generator))
-                states.append(generator.state)
-    return states
-
-
-# ------------------------------------------------------------------------------------------ config
-@dataclasses.dataclass
-class TrainConfig:
-    model_dir: str
-    num_train_steps: int
-    global_batch_size: int = 0          # for examples/s only (0: not reported)
-    iterations_per_loop: int = 100
-    save_checkpoints_steps: int = 1000
-    keep_checkpoint_max: int = 5
-    log_steps: int = 100                # a progress line every log_steps (see log_shortens_loops)
-    # True (GPU trainer): a host loop also ends at every log_steps boundary, so a line comes at least that
-    # often. False (TPU trainer, TPUEstimator's contract): iterations_per_loop steps per device call whatever
-    # log_steps says; a line is logged between calls, at most once per call, when a boundary was crossed.
-    log_shortens_loops: bool = True
-    grad_accum_steps: int = 1
-    clip_norm: float = 1.0              # 0 disables clipping
-    jit_compile: bool = False
-    precision: str = "fp32"             # fp32 | bf16 | fp16
-    nan_policy: str = "raise"           # raise | skip
-    mem_reset: str = "never"            # never | every_loop
-    input_mode: str = "host"            # host (checkpointed iterator) | distributed
-    init_checkpoint: str | None = None
-    init_allow_unexpected: Sequence[str] = DEFAULT_INIT_ALLOW_UNEXPECTED
-    init_head: bool = False  # fine-tuning models: also load the head of a TF1 / HF init_checkpoint
-    handle_sigterm: bool = True
-    loss_scale_period: int = 2000       # fp16: finite steps before the loss scale doubles
-    eval_every_steps: int = 0           # host loops also end at multiples of this (evaluation callbacks)
-
-    def validate(self) -> None:
-        checks = [
-            (self.num_train_steps > 0, f"num_train_steps must be > 0 (got {self.num_train_steps})"),
-            (self.iterations_per_loop > 0, f"iterations_per_loop must be > 0 (got {self.iterations_per_loop})"),
-            (self.save_checkpoints_steps > 0, f"save_checkpoints_steps must be > 0 (got {self.save_checkpoints_steps})"),
-            (self.grad_accum_steps >= 1, f"grad_accum_steps must be >= 1 (got {self.grad_accum_steps})"),
-            (self.precision in ("fp32", "bf16", "fp16"), f"precision must be fp32, bf16 or fp16 (got {self.precision!r})"),
-            (self.nan_policy in ("raise", "skip"), f"nan_policy must be raise or skip (got {self.nan_policy!r})"),
-            (self.mem_reset in ("never", "every_loop"), f"mem_reset must be never or every_loop (got {self.mem_reset!r})"),
-            (self.input_mode in ("host", "distributed"), f"input_mode must be host or distributed (got {self.input_mode!r})"),
-        ]
-        for ok, message in checks:
-            if not ok:
-                raise TrainerSetupError(f"--{message}")
-
-
-@dataclasses.dataclass
-class TrainResult:
-    step: int
-    loss: float
-    terms: dict[str, float]
-    metrics: dict[str, float]
-    examples_per_sec: float
-    steps_per_sec: float
-    skipped_steps: int
-    preempted: bool
-    checkpoint: str | None
-    stop_signal: int = 0                # the signal that stopped the run early (SIGTERM / SIGINT), else 0
-
-
-def set_precision_policy(precision: str) -> None:
-    policy = {"fp32": "float32", "bf16": "mixed_bfloat16", "fp16": "mixed_float16"}[precision]
-    tf.keras.mixed_precision.set_global_policy(policy)
-
 
 # ----------------------------------------------------------------------------------------- trainer
-class Trainer:
+class Trainer(TrainerCheckpoints):
     """Builds model, optimizer, input and checkpoints under `strategy`, then `train()`s.
 
     model_fn() -> TrainableModel and optimizer_fn() -> Optimizer (unbuilt) are called inside
@@ -305,7 +83,7 @@ class Trainer:
         self.strategy = strategy
         self.config = config
         self.dataset_fn = dataset_fn
-        self.is_chief = _is_chief(strategy)
+        self.is_chief = is_chief(strategy)
         self._dir_lock = checkpoint_checks.prepare_model_dir(config.model_dir, self.is_chief)
         self.input_context = input_context(strategy)
         self.layout = PipelineLayout.of(self.input_context)
@@ -325,7 +103,7 @@ class Trainer:
             self.optimizer.build(self.model.trainable_variables)
             self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
             self._state_vars = self._make_state_variables()
-            self._loss_scale = _DynamicLossScale(period=config.loss_scale_period) if config.precision == "fp16" else None
+            self._loss_scale = DynamicLossScale(period=config.loss_scale_period) if config.precision == "fp16" else None
         self._forward_fn = (tf.function(self._forward, jit_compile=True) if config.jit_compile else self._forward)
 
         # A checkpoint saved on another topology restores model, optimizer, step and random streams; the
@@ -374,161 +152,6 @@ class Trainer:
             return iter(ds)
 
     # --------------------------------------------------------------------------------- checkpoints
-    def _setup_checkpoints(self) -> None:
-        cfg = self.config
-        objects = dict(model=self.model, optimizer=self.optimizer, step=self.step)
-        with tf.device("/cpu:0"):
-            self._layout_var = tf.Variable([self.layout.num_pipelines, self.layout.num_replicas], dtype=tf.int64,
-                                           trainable=False)
-        objects["pipeline_layout"] = self._layout_var
-        rng = seed_states(self.model)
-        if rng:
-            objects["rng"] = rng
-        if self._loss_scale is not None:
-            objects["loss_scale"] = self._loss_scale
-        # What belongs to this input pipeline: its iterator and its replicas' memories. With one pipeline it
-        # goes in the main checkpoint; with several, each pipeline keeps its own beside it (the chief's
-        # checkpoint cannot hold the other workers' state).
-        pipeline = {}
-        if self._iterator is not None:
-            pipeline["iterator"] = self._iterator
-        self._state_snapshot = self._make_state_snapshot()
-        if self._state_snapshot:
-            pipeline["replica_state"] = self._state_snapshot
-        many_pipelines = self.input_context.num_input_pipelines > 1
-        if not many_pipelines:
-            objects.update(pipeline)
-        self._checkpoint_objects = objects
-        self.checkpoint = tf.train.Checkpoint(**objects)
-        directory = cfg.model_dir if self.is_chief else os.path.join(
-            cfg.model_dir, ".worker_tmp", f"pipeline_{self.input_context.input_pipeline_id}")
-        self.manager = tf.train.CheckpointManager(self.checkpoint, directory,
-                                                  max_to_keep=cfg.keep_checkpoint_max if self.is_chief else 1)
-        self._input_manager = None
-        if pipeline and many_pipelines:
-            self._input_checkpoint = tf.train.Checkpoint(**pipeline)
-            self._input_manager = tf.train.CheckpointManager(
-                self._input_checkpoint, os.path.join(cfg.model_dir, f"input_pipeline_{self.input_context.input_pipeline_id}"),
-                max_to_keep=cfg.keep_checkpoint_max)
-
-    def _make_state_snapshot(self) -> list[tf.Variable]:
-        """Host variables `[num_local, ...]` mirroring each per-replica state variable (see `save`)."""
-        snapshot = []
-        for var in tf.nest.flatten(self._state_vars):
-            local = self.strategy.experimental_local_results(var)
-            with tf.device("/cpu:0"):
-                snapshot.append(tf.Variable(tf.zeros([len(local), *var.shape], var.dtype), trainable=False))
-        return snapshot
-
-    def _snapshot_state(self) -> None:
-        for var, host in zip(tf.nest.flatten(self._state_vars), self._state_snapshot):
-            host.assign(tf.stack([v.read_value() for v in self.strategy.experimental_local_results(var)]))
-
-    def _restore_state_from_snapshot(self) -> None:
-        for var, host in zip(tf.nest.flatten(self._state_vars), self._state_snapshot):
-            for i, v in enumerate(self.strategy.experimental_local_results(var)):
-                v.assign(host[i])
-
-    def _restore(self) -> str | None:
-        latest = tf.train.latest_checkpoint(self.config.model_dir)
-        if latest:
-            checkpoint_checks.check_model_dir_checkpoint(latest, self.model, self.config.model_dir)
-            status = self._checkpoint_for(latest).restore(latest).assert_existing_objects_matched()
-            if self._moved_from is not None:
-                status.expect_partial()  # the old topology's iterator and memories stay unread
-            if self._input_manager is None and "replica_state" in self._checkpoint_objects:
-                self._restore_state_from_snapshot()
-            self._restore_input_pipeline(int(self.step.numpy()))
-            log.info("restored %s (step %d)", latest, int(self.step.numpy()))
-            return latest
-        if self.config.init_checkpoint:
-            self._load_init_checkpoint(self.config.init_checkpoint)
-            return self.config.init_checkpoint
-        return None
-
-    def _checkpoint_for(self, path: str) -> tf.train.Checkpoint:
-        """The checkpoint object that restores `path`: all of ours, or, for a checkpoint written before the
-        random streams and memories were saved, what it holds (the rest starts fresh, logged)."""
-        saved = {name.split("/", 1)[0] for name, _ in tf.train.list_variables(path)}
-        absent = [k for k in ("rng", "replica_state", "pipeline_layout")
-                  if k in self._checkpoint_objects and k not in saved]
-        if absent:
-            log.warning("%s holds no %s (written by an earlier textrain): restored without, so the resumed run "
-                        "is close to, not equal to, an uninterrupted one", path, " or ".join(absent))
-        if self._moved_from is not None:
-            absent += [k for k in ("iterator", "replica_state") if k in self._checkpoint_objects and k not in absent]
-        if not absent:
-            return self.checkpoint
-        objects = {k: v for k, v in self._checkpoint_objects.items() if k not in absent}
-        self._checkpoint_objects = objects
-        return tf.train.Checkpoint(**objects)
-
-    def _saved_layout_if_moved(self) -> PipelineLayout | None:
-        """The layout the latest checkpoint in model_dir was saved with, when it differs from this run's."""
-        latest = tf.train.latest_checkpoint(self.config.model_dir)
-        if not latest:
-            return None
-        try:
-            pipelines, replicas = tf.train.load_variable(latest, "pipeline_layout/.ATTRIBUTES/VARIABLE_VALUE")
-        except (tf.errors.NotFoundError, ValueError):
-            return None  # an earlier textrain's checkpoint: assumed to be this topology
-        saved = PipelineLayout(int(pipelines), self.layout.pipeline_id, int(replicas))
-        if (saved.num_pipelines, saved.num_replicas) == (self.layout.num_pipelines, self.layout.num_replicas):
-            return None
-        exact = saved.num_pipelines == self.layout.num_pipelines
-        log.warning("%s was saved with %s; this run has %s. Model, optimizer, step and random streams are "
-                    "restored; the input iterator cannot move between topologies, so each pipeline's position "
-                    "is re-derived from the step (%s) and XLNet memories start fresh", latest, saved.describe(),
-                    self.layout.describe(),
-                    "exact: the same pipelines read the same examples per step" if exact else
-                    "each pipeline skips its share of the examples consumed; the pipelines' shards changed, "
-                    "so which examples those were is not the same")
-        return saved
-
-    def _saved_step(self) -> int:
-        latest = tf.train.latest_checkpoint(self.config.model_dir)
-        return int(tf.train.load_variable(latest, "step/.ATTRIBUTES/VARIABLE_VALUE"))
-
-    def _restore_input_pipeline(self, step: int) -> None:
-        if self._input_manager is None or self._moved_from is not None:
-            return
-        path = os.path.join(self._input_manager.directory, f"ckpt-{step}")
-        if tf.io.gfile.exists(path + ".index"):
-            self._input_checkpoint.restore(path).assert_existing_objects_matched()
-            if self._state_snapshot:
-                self._restore_state_from_snapshot()
-        else:
-            log.warning("no input-pipeline checkpoint %s: this worker's data starts from the beginning", path)
-
-    def _load_init_checkpoint(self, path: str) -> None:
-        if hasattr(self.model, "load_init_checkpoint"):  # fine-tuning models: encoder only, head fresh
-            loaded = self.model.load_init_checkpoint(path, init_head=self.config.init_head)
-            log.info("initialised %d encoder variables from %s", len(loaded), path)
-            return
-        path = path if hf_format.is_hf_directory(path) else checkpoint_checks.resolve_checkpoint(path)
-        if not hf_format.is_hf_directory(path) and checkpoint_checks.is_textrain_checkpoint(path):
-            loaded = checkpoint_checks.load_init_checkpoint(path, self.model, self.config.init_allow_unexpected)
-            log.info("initialised %d variables from %s (textrain checkpoint)", len(loaded), path)
-        else:
-            loaded = load_tf1_checkpoint(path, self.model.tf1_variable_map(),
-                                         allow_unexpected=self.config.init_allow_unexpected)
-            log.info("initialised %d variables from %s (original TF1 checkpoint)", len(loaded), path)
-
-    def save(self) -> str | None:
-        step = int(self.step.numpy())
-        if self._state_snapshot:
-            self._snapshot_state()
-        # Each pipeline's own state first: once the chief's checkpoint of this step is recorded, a restart
-        # resumes from it, and every pipeline's state of that step must already be on disk (a kill between
-        # the two writes would otherwise restart that pipeline's data from the beginning).
-        if self._input_manager is not None:
-            self._input_manager.save(checkpoint_number=step)
-        path = self.manager.save(checkpoint_number=step)
-        if not self.is_chief:  # every worker must take part in the save; only the chief's is kept
-            tf.io.gfile.rmtree(self.manager.directory)
-            return None
-        return path
-
     # ---------------------------------------------------------------------------- the replica step
     def _forward(self, features, state):
         out = self.model.step_output(features, state, training=True)
@@ -785,39 +408,6 @@ class Trainer:
             tf.summary.scalar("grad_norm", fig["grad_norm"])
             tf.summary.scalar("examples_per_sec", fig["examples_per_sec"])
             tf.summary.scalar("steps_per_sec", fig["steps_per_sec"])
-
-
-# ------------------------------------------------------------------------------------- loss scale
-class _DynamicLossScale(tf.Module):
-    """fp16 loss scale: x2 after `period` finite steps, /2 (not below 1) on a non-finite gradient."""
-
-    def __init__(self, initial: float = 2.0 ** 15, period: int = 2000):
-        super().__init__()
-        self.scale = tf.Variable(initial, trainable=False, dtype=tf.float32)
-        self.good_steps = tf.Variable(0, trainable=False, dtype=tf.int64)
-        self.period = period
-
-    def value(self) -> tf.Tensor:
-        return tf.identity(self.scale)
-
-    def update(self, finite: tf.Tensor):
-        def apply(strategy, finite):
-            # `finite` may be per-replica: each device computes the (identical) new values from its own copy.
-            def new_scale(scale, good, ok):
-                grow = ok & (good + 1 >= self.period)
-                return scale.assign(tf.where(ok, tf.where(grow, scale * 2.0, scale), tf.maximum(scale / 2.0, 1.0)))
-
-            def new_good(good, scale, ok):
-                grow = ok & (good + 1 >= self.period)
-                return good.assign(tf.where(ok & ~grow, good + 1, tf.constant(0, tf.int64)))
-
-            # good_steps first is read by new_scale, so compute the scale from the old count before updating it.
-            old_good = tf.identity(self.good_steps)
-            done = strategy.extended.update(self.scale, new_scale, args=(old_good, finite), group=True)
-            with tf.control_dependencies([done]):
-                return strategy.extended.update(self.good_steps, new_good, args=(self.scale, finite), group=True)
-
-        return tf.distribute.get_replica_context().merge_call(apply, args=(finite,))
 
 
 # ---------------------------------------------------------------------------------------- helpers

@@ -161,7 +161,8 @@ def main(argv: list[str]) -> None:
     if missing:
         raise app.UsageError(f"missing required flag(s): {', '.join(missing)}")
     from textrain.framework import bleu, errors, registry
-    from textrain.trainers.flags import model_settings_from_flags
+    from textrain.trainers.trainer_flags import model_settings_from_flags
+    from textrain.models.base import Seq2SeqModel
     from textrain.trainers.launch import problem_hparams_for_training
     from textrain.trainers.run import build_model
 
@@ -175,15 +176,15 @@ def main(argv: list[str]) -> None:
     if "inputs" not in encoders or "targets" not in encoders:
         raise errors.UserError(f"--problem={FLAGS.problem} is not a Text2Text problem (no inputs/targets encoders)")
     model = build_model(FLAGS.model, model_settings_from_flags(FLAGS), manifest)  # as the trainer built it
-    if not hasattr(model, "infer"):
+    if not isinstance(model, Seq2SeqModel):
         raise errors.UserError(f"--model={FLAGS.model} cannot decode (it has no infer method)")
     path = resolve_checkpoint(FLAGS.checkpoint_path, FLAGS.model_dir)
     restore_model(model, path)
-    hp = getattr(model, "hparams", None)
-    pick = lambda flag, field, default: flag if flag is not None else getattr(hp, field, default)  # noqa: E731
-    beam_size, alpha = pick(FLAGS.beam_size, "beam_size", 4), pick(FLAGS.alpha, "alpha", 0.6)
-    extra_length = pick(FLAGS.extra_length, "extra_length", 100)
-    max_length = FLAGS.max_length or getattr(hp, "max_length", 0)
+    hp = model.hparams
+    pick = lambda flag, default: flag if flag is not None else default  # noqa: E731
+    beam_size, alpha = pick(FLAGS.beam_size, hp.beam_size), pick(FLAGS.alpha, hp.alpha)
+    extra_length = pick(FLAGS.extra_length, hp.extra_length)
+    max_length = FLAGS.max_length or hp.max_length
     if beam_size < 1 or FLAGS.decode_batch_size < 1:
         raise errors.UserError("--beam_size and --decode_batch_size must be >= 1")
 
@@ -213,7 +214,7 @@ def main(argv: list[str]) -> None:
 def define_all_flags(argv: list[str]) -> None:
     from textrain.framework import registry
     from textrain.framework.flags import define_problem_flags
-    from textrain.trainers.flags import define_decode_flags, define_trainer_flags
+    from textrain.trainers.trainer_flags import define_decode_flags, define_trainer_flags
 
     registry.import_builtins()
     registry.import_usr_dir(registry.usr_dir_from_argv(argv))

@@ -29,12 +29,10 @@ from typing import Any
 import tensorflow as tf
 
 from textrain.framework.tasks import FinetuneTask
+from textrain.models.base import FinetuneModel
 from textrain.models.checkpoints import backing_variable
 
 log = logging.getLogger("textrain.export")
-
-TEXT_FAMILIES = ("bert_classifier", "electra_classifier")
-
 
 class ServingModule(tf.Module):
     """The classifier plus its serving functions (and the tokenizer, when raw strings are served)."""
@@ -81,9 +79,9 @@ class ServingModule(tf.Module):
         return sigs
 
 
-def make_tokenizer(problem: FinetuneTask, data_dir: str, family: str, max_seq_length: int):
+def make_tokenizer(problem: FinetuneTask, data_dir: str, model: FinetuneModel, family: str, max_seq_length: int):
     """The in-graph WordPiece tokenizer of the task's serving vocabulary, or None (XLNet / no vocab)."""
-    if family not in TEXT_FAMILIES:
+    if not model.serves_raw_text:
         log.info("%s: raw-string signatures are not exported (SentencePiece has no core TF op)", family)
         return None
     vocab = problem.serving_vocab(data_dir)
@@ -95,7 +93,7 @@ def make_tokenizer(problem: FinetuneTask, data_dir: str, family: str, max_seq_le
     return GraphWordpieceTokenizer(vocab.vocab_file, do_lower_case=vocab.do_lower_case, max_seq_length=max_seq_length)
 
 
-def export_classifier(model, export_dir: str, *, problem: FinetuneTask | None = None, data_dir: str = "",
+def export_classifier(model: FinetuneModel, export_dir: str, *, problem: FinetuneTask | None = None, data_dir: str = "",
                       family: str = "", checkpoint: str | None = None, max_seq_length: int = 128,
                       labels: list[str] | None = None, tokenizer: Any = None) -> str:
     """Write the SavedModel (see the module docstring) to `export_dir`; returns it."""
@@ -106,7 +104,7 @@ def export_classifier(model, export_dir: str, *, problem: FinetuneTask | None = 
         if labels is None:
             labels = list(problem.serving_labels(data_dir))
         if tokenizer is None:
-            tokenizer = make_tokenizer(problem, data_dir, family, max_seq_length)
+            tokenizer = make_tokenizer(problem, data_dir, model, family, max_seq_length)
     module = ServingModule(model, max_seq_length, labels, tokenizer)
     tmp = export_dir.rstrip("/") + ".tmp"
     for path in (tmp,):

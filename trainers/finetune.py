@@ -132,22 +132,23 @@ def finetune(
     layerwise_lr_decay: ELECTRA's layer-wise LR decay (0.8 in its configs; 1 = off).
     """
     from textrain.framework import errors, registry
-    from textrain.trainers import core
+    from textrain.trainers.train_config import TrainConfig
     from textrain.models import hf_format
-    from textrain.trainers.run import make_strategy, run
+    from textrain.trainers.run import run
+    from textrain.trainers.strategy import strategy_from_spec
     from textrain.trainers.run_spec import (EvalSpec, ExportSpec, InputSpec, ModelSpec, OptimizerSpec, PredictSpec,
                                             ProblemSpec, RunSpec, StrategySpec)
 
     _check_choice("precision", precision, ("fp32", "bf16", "fp16"))
     _check_choice("optimizer", optimizer, ("adamw", "adam", "lamb"))
     registry.import_usr_dir(usr_dir)
-    tokenizer = {"tokenizer": "sentencepiece" if model.startswith("xlnet") else "wordpiece", "vocab_file": vocab_file,
+    model_cls = finetune_model_class(model)
+    tokenizer = {"tokenizer": model_cls.tokenizer, "vocab_file": vocab_file,
                  "do_lower_case": do_lower_case, "sp_model": sp_model, "max_seq_length": max_seq_length}
-    problem = build_problem(task, problem_hparams or {}, tokenizer)
-    _check_model(model)
+    problem = build_task_problem(task, problem_hparams or {}, tokenizer)
     logging.getLogger("textrain").setLevel(logging.INFO)
     strategy_spec = StrategySpec(strategy, num_gpus)
-    dist = make_strategy(strategy_spec)
+    dist = strategy_from_spec(strategy_spec)
     import tensorflow as tf
 
     tf.io.gfile.makedirs(model_dir)
@@ -172,7 +173,7 @@ def finetune(
         model=ModelSpec(model, dict(num_labels=num_labels, task_type=task_type, size=model_size,
                                     config_file=model_config_file, overrides=model_overrides, task_name=task)),
         data_dir=data_dir,
-        train=core.TrainConfig(
+        train=TrainConfig(
             model_dir=model_dir, num_train_steps=num_train_steps, global_batch_size=train_batch_size,
             iterations_per_loop=iterations_per_loop, save_checkpoints_steps=save_checkpoints_steps,
             keep_checkpoint_max=keep_checkpoint_max, log_steps=log_steps, clip_norm=clip_norm, precision=precision,
@@ -185,20 +186,24 @@ def finetune(
         predict=PredictSpec(enabled=do_predict, batch_size=predict_batch_size),
         export=ExportSpec(enabled=export, export_dir=export_dir, max_seq_length=max_seq_length),
         strategy=strategy_spec, do_train=do_train, seed=seed)
-    result = run(spec, dist)
     summary: dict[str, Any] = {"num_train_steps": num_train_steps, "num_warmup_steps": num_warmup_steps,
                                "train_examples": train_examples, "num_labels": num_labels, "task_type": task_type}
+    return run_summary(spec, run(spec, dist), summary)
+
+
+def run_summary(spec, result, summary: dict[str, Any]) -> dict[str, Any]:
+    """`summary` + what the run did, as the spec asked it (the `final` line)."""
     if result.train is not None:
         summary.update(step=result.train.step, loss=result.train.loss, **result.train.metrics)
         if result.preempted:
             summary["preempted"] = True
             return summary
-    if do_eval:
+    if spec.eval.enabled:
         summary["eval"] = result.eval
         summary["best"] = result.best
-    if do_predict:
+    if spec.predict.enabled:
         summary["predict"] = result.predict
-    if export:
+    if spec.export.enabled:
         summary["export"] = result.export
     return summary
 
@@ -211,24 +216,24 @@ def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
         raise UserError(f"finetune.{name}={value!r}: use one of {', '.join(choices)}")
 
 
-def _check_model(name: str) -> None:
-    """A registered model with a task head (models/task_heads.py, models/qa_heads.py)."""
+def finetune_model_class(name: str) -> type:
+    """The registered model `name`, which must have a task head (a models.base.FinetuneModel)."""
     from textrain.framework import registry
     from textrain.framework.errors import UserError
-    from textrain.models.qa_heads import QAModel
-    from textrain.models.task_heads import ClassifierModel
+    from textrain.models.base import FinetuneModel
 
     try:
         cls = registry.models.get(name)
     except KeyError as e:
         raise UserError(f"finetune.model: {e.args[0]}") from None
-    if not issubclass(cls, (ClassifierModel, QAModel)):
-        heads = [n for n in registry.models.names() if issubclass(registry.models.get(n), (ClassifierModel, QAModel))]
+    if not issubclass(cls, FinetuneModel):
+        heads = [n for n in registry.models.names() if issubclass(registry.models.get(n), FinetuneModel)]
         raise UserError(f"finetune.model={name!r} is not a fine-tuning model; use one with a task head: "
                         f"{', '.join(heads)}")
+    return cls
 
 
-def build_problem(task: str, hparams: dict, shared: dict | None = None):
+def build_task_problem(task: str, hparams: dict, shared: dict | None = None):
     """The task problem with its settings; an unknown task or setting is a UserError naming it.
 
     `shared`: run-level values (tokenizer, vocab_file, max_seq_length ...) given to the problem when its
@@ -236,10 +241,15 @@ def build_problem(task: str, hparams: dict, shared: dict | None = None):
     from textrain.framework import registry
     from textrain.framework.errors import UserError
 
+    from textrain.framework.tasks import FinetuneTask
+
     try:
         cls = registry.problems.get(task)
     except KeyError as e:
         raise UserError(f"finetune.task: {e.args[0]}") from None
+    if not issubclass(cls, FinetuneTask):
+        raise UserError(f"finetune.task={task!r} is not a fine-tuning task (framework.tasks.FinetuneTask); "
+                        f"pretraining problems are trained by textrain-train-gpu")
     fields = {f.name for f in dataclasses.fields(cls.HParams)} if dataclasses.is_dataclass(cls.HParams) else set()
     unknown = sorted(set(hparams) - fields)
     if unknown:

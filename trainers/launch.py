@@ -13,7 +13,7 @@ Decisions:
 - A flag/data mismatch found while building (e.g. XLNet's per-core batch layout, raised as
   `framework.errors.SettingsMismatchError` by the problem's `dataset`) also ends as one line
   (`framework.errors.UserError`), never a traceback.
-- The model's settings are `trainers.flags.model_settings_from_flags(FLAGS)` (the one adapter); a model's
+- The model's settings are `trainers.trainer_flags.model_settings_from_flags(FLAGS)` (the one adapter); a model's
   hyper-parameter set may decide trainer flags the command line did not give (`trainer_defaults`,
   tensor2tensor's Transformer: batch, schedule, Adam).
 - Without `--seed` the input seed is drawn once per run and recorded in model_dir (trainers/run.py).
@@ -47,7 +47,7 @@ def missing_required_flags() -> list[str]:
 
 def check_run_settings(manifest: dict, hparams_cls: type, layout) -> None:
     """Refuse command-line settings that disagree with how the data was made. `layout`: the run's
-    `core.PipelineLayout` (per-host data such as XLNet's bsz_per_host is checked per input pipeline: per host
+    `trainers/strategy.PipelineLayout` (per-host data such as XLNet's bsz_per_host is checked per input pipeline: per host
     on a TPU pod, per worker under MultiWorkerMirroredStrategy, as the problem's own dataset check counts)."""
     from textrain.framework.errors import SettingsMismatchError
     from textrain.framework.flags import given_flags
@@ -83,8 +83,8 @@ def problem_hparams_for_training(problem_cls: type, manifest: dict) -> Any:
 
 
 def train_config_from_flags(**overrides: Any):
-    """core.TrainConfig from the flags; a trainer CLI overrides what it decides itself."""
-    from textrain.trainers.core import TrainConfig
+    """TrainConfig from the flags; a trainer CLI overrides what it decides itself."""
+    from textrain.trainers.train_config import TrainConfig
 
     values = dict(
         model_dir=FLAGS.model_dir, num_train_steps=FLAGS.num_train_steps, global_batch_size=FLAGS.train_batch_size,
@@ -102,7 +102,7 @@ def train_config_from_flags(**overrides: Any):
 def apply_model_flag_defaults(model_cls: type) -> None:
     """The model's `trainer_defaults` (tensor2tensor: the hparams set carries the batch, schedule and
     optimizer) set every flag among them that the command line did not give."""
-    from textrain.trainers.flags import model_settings_from_flags
+    from textrain.trainers.trainer_flags import model_settings_from_flags
 
     defaults = model_cls.trainer_defaults(model_settings_from_flags(FLAGS))
     if not defaults:
@@ -129,21 +129,22 @@ def optimizer_spec_from_flags():
         lr_hidden_size=FLAGS.lr_hidden_size)
 
 
-def run_spec_from_flags(strategy, config_overrides: dict | None = None):
-    """The RunSpec of the command line (the train manifest read and checked first)."""
+def run_spec_from_flags(strategy_spec, strategy, config_overrides: dict | None = None):
+    """The RunSpec of the command line (the train manifest read and checked first); `strategy_spec` is the
+    trainer CLI's choice (its StrategySpec), `strategy` the strategy built from it."""
     from textrain.framework import errors, registry
-    from textrain.trainers import core
-    from textrain.trainers.flags import model_settings_from_flags
+    from textrain.trainers.strategy import PipelineLayout, input_context
+    from textrain.trainers.trainer_flags import model_settings_from_flags
     from textrain.trainers.run_spec import EvalSpec, InputSpec, ModelSpec, ProblemSpec, RunSpec
 
     problem_cls = registry.problems.get(FLAGS.problem)
     manifest = problem_cls().read_manifest(FLAGS.data_dir, "train")
-    context = core.input_context(strategy)
+    context = input_context(strategy)
     try:
         # The manifest check first: a flag that disagrees with the data is named as such, not as
         # whichever invariant of the problem's settings it happens to break (XLNet's
         # --num_core_per_host vs bsz_per_host).
-        check_run_settings(manifest, problem_cls.HParams, core.PipelineLayout.of(context))
+        check_run_settings(manifest, problem_cls.HParams, PipelineLayout.of(context))
         hparams = problem_hparams_for_training(problem_cls, manifest)
         problem = problem_cls(hparams)
     except ValueError as e:
@@ -167,12 +168,13 @@ def run_spec_from_flags(strategy, config_overrides: dict | None = None):
         # run_pretraining.py --do_eval: the model's own metrics on the dev split, through the one eval loop.
         eval=EvalSpec(enabled=FLAGS.do_eval, batch_size=FLAGS.eval_batch_size, splits=("dev",),
                       max_steps=FLAGS.max_eval_steps, task_metrics=False),
-        do_train=FLAGS.do_train, seed=FLAGS.seed)
+        strategy=strategy_spec, do_train=FLAGS.do_train, seed=FLAGS.seed)
 
 
-def run_training(prog: str, strategy, *, config_overrides: dict | None = None,
+def run_training(prog: str, strategy_spec, strategy, *, config_overrides: dict | None = None,
                  check_dataset: Callable[[Any], None] | None = None) -> None:
-    """The command line's RunSpec, run under `strategy` (trainers/run.py); prints the final line(s).
+    """The command line's RunSpec, run under `strategy` (built from `strategy_spec`, which the spec records:
+    trainers/run.py); prints the final line(s).
 
     config_overrides: TrainConfig fields the CLI decides (train_tpu: input_mode, jit_compile);
     check_dataset(ds): called on each input pipeline's dataset (train_tpu: static shapes).
@@ -181,7 +183,7 @@ def run_training(prog: str, strategy, *, config_overrides: dict | None = None,
     from textrain.trainers.run import run
 
     del prog
-    result = run(run_spec_from_flags(strategy, config_overrides), strategy, check_dataset=check_dataset)
+    result = run(run_spec_from_flags(strategy_spec, strategy, config_overrides), strategy, check_dataset=check_dataset)
     if "dev" in result.eval and FLAGS.do_eval:
         print("eval " + json.dumps({k: v for k, v in result.eval["dev"].items() if k != "step"}), flush=True)
     trained = result.train
@@ -200,7 +202,7 @@ def define_all_flags(argv: list[str]) -> None:
     """Register built-ins and --usr_dir, then define problem and trainer flags (idempotent)."""
     from textrain.framework import registry
     from textrain.framework.flags import define_problem_flags
-    from textrain.trainers.flags import define_trainer_flags
+    from textrain.trainers.trainer_flags import define_trainer_flags
 
     registry.import_builtins()
     registry.import_usr_dir(registry.usr_dir_from_argv(argv))

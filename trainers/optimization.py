@@ -37,11 +37,12 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import tensorflow as tf
 
 from textrain.models.checkpoints import backing_variable
+from textrain.trainers.run_spec import OptimizerSpec
 
 DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY = ("LayerNorm", "layer_norm", "bias")
 JIT_MIN_SIZE = 1 << 16  # elements: smaller variables are updated op by op (see "Fused update")
@@ -161,8 +162,8 @@ def model_depth_fn(model) -> tuple[Callable[[object], int], int]:
     names = model.tf1_variable_map()
     layer = re.compile(r"layer_(\d+)/")
     layers = {int(m.group(1)) for n in names for m in [layer.search(n)] if m}
-    n_layers = int(getattr(model, "num_layers", 0) or (max(layers) + 1 if layers else 0))
-    style = getattr(model, "lr_decay_style", "electra")
+    n_layers = int(model.num_layers or (max(layers) + 1 if layers else 0))
+    style = model.lr_decay_style
     top = n_layers if style == "xlnet" else n_layers + 2
     depths: dict[int, int] = {}
     for name, var in names.items():
@@ -410,3 +411,16 @@ def create_optimizer(init_lr: float, num_train_steps: int, num_warmup_steps: int
     if optimizer == "lamb":
         return LAMB(schedule, **common)
     raise ValueError(f"unknown optimizer {optimizer!r}; use adamw, adam or lamb")
+
+
+def optimizer_from_spec(settings: OptimizerSpec, num_train_steps: int, model: Any = None) -> Optimizer:
+    """The optimizer of a run's OptimizerSpec (trainers/run_spec.py), its settings under their own names:
+    the one place they meet `create_optimizer`'s keywords. `model` gives the depths of layer-wise LR decay."""
+    o = settings
+    depth_fn, top_depth = model_depth_fn(model) if o.layerwise_lr_decay != 1.0 else (None, None)
+    return create_optimizer(
+        o.learning_rate, num_train_steps, o.num_warmup_steps, optimizer=o.optimizer,
+        weight_decay=o.weight_decay, decay=o.lr_decay, power=o.poly_power,
+        end_lr=o.learning_rate * o.min_lr_ratio, epsilon=o.adam_epsilon,
+        layerwise_lr_decay=o.layerwise_lr_decay, depth_fn=depth_fn, top_depth=top_depth,
+        beta_1=o.adam_beta1, beta_2=o.adam_beta2, lr_hidden_size=o.lr_hidden_size)

@@ -1,9 +1,9 @@
 """THE function that runs a run specification (trainers/run_spec.py): every trainer CLI ends here.
 
-`run(spec)` builds the problem, the model (its one constructor, `from_settings`), the optimizer, the
-input seed and the evaluators, trains through THE loop (trainers/core.Trainer), then evaluates,
-predicts and exports as the spec says, and returns a `RunResult`. It prints nothing: each CLI prints
-its own lines from the result.
+`run(spec)` first `resolve`s it (strategy, problem, train manifest, input context: built once, here), then
+builds the model (its one constructor, `from_settings`), the optimizer, the input seed and the evaluators,
+trains through THE loop (trainers/core.Trainer), evaluates, predicts and exports as the spec says, and returns
+a `RunResult`. It prints nothing: each CLI prints its own lines from the result.
 
 Decisions:
 - Data seed. With `spec.seed` the input pipeline uses it. Without, and with `input.record_data_seed`, a
@@ -25,7 +25,7 @@ import os
 import random
 from typing import Any, Callable
 
-from textrain.trainers.run_spec import RunSpec, StrategySpec
+from textrain.trainers.run_spec import RunSpec
 
 log = logging.getLogger("textrain.run")
 
@@ -33,7 +33,7 @@ log = logging.getLogger("textrain.run")
 @dataclasses.dataclass
 class RunResult:
     step: int  # the global step after the run
-    train: Any = None  # core.TrainResult, None without training
+    train: Any = None  # TrainResult, None without training
     eval: dict[str, dict] = dataclasses.field(default_factory=dict)  # split -> last metrics (with "step")
     best: dict | None = None  # the best checkpoint's figures (task metrics)
     predict: dict[str, str] = dataclasses.field(default_factory=dict)  # split -> file written
@@ -42,29 +42,6 @@ class RunResult:
     @property
     def preempted(self) -> bool:
         return bool(self.train is not None and self.train.preempted)
-
-
-def split_cpu_for_replicas(num_replicas: int) -> None:
-    """Without GPUs, N>1 replicas mirror over N logical CPUs (must run before TF picks its devices)."""
-    import tensorflow as tf
-
-    if num_replicas <= 1 or tf.config.list_physical_devices("GPU"):
-        return
-    cpus = tf.config.list_physical_devices("CPU")
-    try:
-        tf.config.set_logical_device_configuration(cpus[0], [tf.config.LogicalDeviceConfiguration()] * num_replicas)
-    except RuntimeError:  # already initialised (e.g. split by the caller): use what is there
-        pass
-
-
-def make_strategy(spec: StrategySpec):
-    """The spec's strategy; first, so MultiWorkerMirroredStrategy configures collectives before TF's
-    context initialises."""
-    from textrain.trainers import core
-
-    split_cpu_for_replicas(spec.num_gpus)
-    return core.make_strategy(spec.kind, spec.num_gpus, tpu=spec.tpu, tpu_zone=spec.tpu_zone,
-                              gcp_project=spec.gcp_project)
 
 
 def data_seed(model_dir: str, seed: int | None, pipeline_id: int) -> int:
@@ -87,11 +64,53 @@ def data_seed(model_dir: str, seed: int | None, pipeline_id: int) -> int:
     return drawn
 
 
-def build_problem(spec: RunSpec):
+@dataclasses.dataclass
+class ResolvedRun:
+    """What a RunSpec names, built once (`resolve`): the strategy, the problem, its train manifest and this
+    process's input context."""
+
+    strategy: Any
+    problem: Any
+    manifest: dict
+    context: Any  # tf.distribute.InputContext
+
+
+def problem_of_spec(spec: RunSpec):
     from textrain.framework import registry
 
     cls = registry.problems.get(spec.problem.name)
     return cls(spec.problem.hparams) if spec.problem.hparams is not None else cls()
+
+
+def needs_finetune_task(spec: RunSpec) -> str | None:
+    """What in `spec` needs a fine-tuning task (framework.tasks.FinetuneTask), or None."""
+    if spec.eval.enabled and (spec.eval.task_metrics or spec.eval.splits is None):
+        return "eval (the task's eval splits and metrics)"
+    if spec.predict.enabled:
+        return "predict"
+    if spec.export.enabled:
+        return "export"
+    return None
+
+
+def resolve(spec: RunSpec, strategy=None) -> ResolvedRun:
+    """Build what `spec` names, once: the strategy (unless given), the problem (checked to be a fine-tuning
+    task where eval, predict or export needs one), its train manifest and the input context."""
+    from textrain.framework.errors import UserError
+    from textrain.framework.tasks import FinetuneTask
+    from textrain.trainers.strategy import input_context, strategy_from_spec
+
+    strategy = strategy if strategy is not None else strategy_from_spec(spec.strategy)
+    try:
+        problem = problem_of_spec(spec)
+    except (ValueError, TypeError) as e:
+        raise UserError(f"problem {spec.problem.name!r}: {e}") from None
+    needs = needs_finetune_task(spec)
+    if needs and not isinstance(problem, FinetuneTask):
+        raise UserError(f"problem {spec.problem.name!r} is not a fine-tuning task (framework.tasks.FinetuneTask): "
+                        f"{needs} needs one; turn it off or name a task problem")
+    manifest = problem.read_manifest(spec.data_dir, "train")
+    return ResolvedRun(strategy, problem, manifest, input_context(strategy))
 
 
 def build_model(name: str, settings: dict[str, Any], manifest: dict | None):
@@ -108,16 +127,9 @@ def build_model(name: str, settings: dict[str, Any], manifest: dict | None):
 
 
 def build_optimizer(spec: RunSpec, model):
-    from textrain.trainers.optimization import create_optimizer, model_depth_fn
+    from textrain.trainers.optimization import optimizer_from_spec
 
-    o = spec.optimizer
-    depth_fn, top_depth = model_depth_fn(model) if o.layerwise_lr_decay != 1.0 else (None, None)
-    return create_optimizer(
-        o.learning_rate, spec.train.num_train_steps, o.num_warmup_steps, optimizer=o.optimizer,
-        weight_decay=o.weight_decay, decay=o.lr_decay, power=o.poly_power,
-        end_lr=o.learning_rate * o.min_lr_ratio, epsilon=o.adam_epsilon,
-        layerwise_lr_decay=o.layerwise_lr_decay, depth_fn=depth_fn, top_depth=top_depth,
-        beta_1=o.adam_beta1, beta_2=o.adam_beta2, lr_hidden_size=o.lr_hidden_size)
+    return optimizer_from_spec(spec.optimizer, spec.train.num_train_steps, model)
 
 
 def _evaluator(spec: RunSpec, strategy, trainer, problem):
@@ -137,28 +149,22 @@ def _evaluator(spec: RunSpec, strategy, trainer, problem):
 
 
 def run(spec: RunSpec, strategy=None, *, check_dataset: Callable[[Any], None] | None = None) -> RunResult:
-    """Run `spec` under `strategy` (default: `make_strategy(spec.strategy)`).
+    """Run `spec` under `strategy` (default: `strategy.strategy_from_spec(spec.strategy)`).
 
     check_dataset(ds): called on each input pipeline's dataset (the TPU trainer: static shapes).
     """
     import tensorflow as tf
 
-    from textrain.framework.errors import UserError
-    from textrain.trainers import core
+    from textrain.trainers.strategy import strategy_from_spec
 
     logging.getLogger("textrain").setLevel(logging.INFO)
-    strategy = strategy if strategy is not None else make_strategy(spec.strategy)
+    strategy = strategy if strategy is not None else strategy_from_spec(spec.strategy)
     if spec.seed is not None:
         tf.keras.utils.set_random_seed(spec.seed)
+    resolved = resolve(spec, strategy)
+    fresh = resolved.context.num_input_pipelines == 1 and not tf.io.gfile.exists(spec.model_dir)
     try:
-        problem = build_problem(spec)
-    except (ValueError, TypeError) as e:
-        raise UserError(f"problem {spec.problem.name!r}: {e}") from None
-    manifest = problem.read_manifest(spec.data_dir, "train")
-    context = core.input_context(strategy)
-    fresh = context.num_input_pipelines == 1 and not tf.io.gfile.exists(spec.model_dir)
-    try:
-        return _run(spec, strategy, problem, manifest, context, check_dataset)
+        return _run(spec, resolved, check_dataset)
     except BaseException:
         if fresh:
             _remove_if_no_checkpoint(spec.model_dir)
@@ -174,14 +180,15 @@ def _remove_if_no_checkpoint(model_dir: str) -> None:
         tf.io.gfile.rmtree(model_dir)
 
 
-def _run(spec: RunSpec, strategy, problem, manifest: dict, context, check_dataset) -> RunResult:
+def _run(spec: RunSpec, resolved: ResolvedRun, check_dataset) -> RunResult:
     import tensorflow as tf
 
     from textrain.framework.errors import UserError
     from textrain.framework.problem import DataParams, ModeKeys
     from textrain.trainers import core
 
-    seed = (data_seed(spec.model_dir, spec.seed, context.input_pipeline_id) if spec.input.record_data_seed
+    strategy, problem, manifest = resolved.strategy, resolved.problem, resolved.manifest
+    seed = (data_seed(spec.model_dir, spec.seed, resolved.context.input_pipeline_id) if spec.input.record_data_seed
             else spec.seed)
     params = DataParams(batch_size=spec.train.global_batch_size, max_length=spec.input.max_length,
                         batching=spec.input.batching, seed=seed)

@@ -5,7 +5,7 @@ config tree). The CLIs only fill it: textrain-train-gpu / -tpu translate absl fl
 textrain-finetune translates its gin bindings (trainers/finetune.py). A Python caller builds one directly.
 
 Decisions:
-- The loop's settings are `core.TrainConfig` itself (model_dir, steps, batch, checkpoints, precision ...);
+- The loop's settings are `train_config.TrainConfig` itself (model_dir, steps, batch, checkpoints, precision ...);
   nothing here repeats its fields.
 - Values a CLI resolves from the data before the run (the problem's settings from the train manifest, the
   fine-tuning step count from the number of examples) are resolved by the CLI: the spec holds the results.
@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from textrain.trainers.core import TrainConfig
+from textrain.trainers.train_config import TrainConfig
 
 
 @dataclasses.dataclass
@@ -87,7 +87,7 @@ class ExportSpec:
 
 @dataclasses.dataclass
 class StrategySpec:
-    """core.make_strategy's choice (a caller may pass its own strategy to run() instead: the TPU trainer)."""
+    """strategy.strategy_from_spec's choice (a caller may pass its own strategy to run() instead: the TPU trainer)."""
 
     kind: str = "auto"  # auto | one_device | mirrored | multi_worker | tpu
     num_gpus: int = 1

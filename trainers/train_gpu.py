@@ -14,7 +14,7 @@ Decisions:
   (framework.registry.import_builtins); `--usr_dir` is imported before the problem flags are defined so
   its problems get flags too.
 - The model is built by its one constructor, `from_settings` (models/base.py), from the settings
-  `trainers.flags.model_settings_from_flags` maps the flags to.
+  `trainers.trainer_flags.model_settings_from_flags` maps the flags to.
 - The problem's settings are those recorded in the train split's manifest, then the flags given on the
   command line (so reading always matches how the records were written).
 - Settings shared by the problem and the run (`--max_seq_length`, `--seq_len`, ...) are checked against the
@@ -51,7 +51,7 @@ def main(argv: list[str]) -> None:
     if missing:
         raise app.UsageError(f"missing required flag(s): {', '.join(missing)}")
     from textrain.framework.errors import UserError
-    from textrain.trainers.run import make_strategy
+    from textrain.trainers.strategy import strategy_from_spec
     from textrain.trainers.run_spec import StrategySpec
 
     # The TPU path has checks of its own (gs:// paths, static shapes, per-host input): one way to reach it.
@@ -60,9 +60,9 @@ def main(argv: list[str]) -> None:
         raise UserError(f"{given}: TPUs are trained by textrain-train-tpu (TPUStrategy, gs:// paths, per-host "
                         f"input); run the same command line with textrain-train-tpu --use_tpu --tpu=NAME")
     # First: MultiWorkerMirroredStrategy must configure collectives before TF's context initialises.
-    strategy = make_strategy(StrategySpec(FLAGS.strategy, num_gpus_from_flags(), tpu=FLAGS.tpu,
-                                          tpu_zone=FLAGS.tpu_zone, gcp_project=FLAGS.gcp_project))
-    launch.run_training("textrain-train-gpu", strategy)
+    strategy_spec = StrategySpec(FLAGS.strategy, num_gpus_from_flags(), tpu=FLAGS.tpu, tpu_zone=FLAGS.tpu_zone,
+                                 gcp_project=FLAGS.gcp_project)
+    launch.run_training("textrain-train-gpu", strategy_spec, strategy_from_spec(strategy_spec))
 
 
 def run() -> None:

@@ -9,7 +9,7 @@ TF 2.21 ships no Estimator; what TPUEstimator users rely on is kept, everything 
 (the one loop) and trainers/launch.py (the launch code shared with textrain-train-gpu):
 - `--iterations_per_loop` steps run inside ONE device call (core's host loop: a tf.range loop inside one
   tf.function); summaries, logs and checkpoints are written on the host between loops.
-- Per-host input: `strategy.distribute_datasets_from_function` with a tf.distribute.InputContext
+- Per-host input: `trainers/strategy.distribute_datasets_from_function` with a tf.distribute.InputContext
   (core's input_mode="distributed"): each host reads its own files (file i goes to host i % num_hosts),
   batched per replica with drop_remainder; every feature must have a static shape (refused otherwise,
   naming the feature), as XLA on TPU needs.
@@ -36,7 +36,7 @@ from textrain.trainers import launch
 
 FLAGS = flags.FLAGS
 
-# What the TPU trainer decides itself (core.TrainConfig fields): per-host distributed input, an XLA step, and
+# What the TPU trainer decides itself (TrainConfig fields): per-host distributed input, an XLA step, and
 # TPUEstimator's iterations_per_loop (steps per device call; --log_steps does not cut a call short).
 TPU_CONFIG = dict(input_mode="distributed", jit_compile=True, log_shortens_loops=False)
 
@@ -57,13 +57,13 @@ def check_preset_flags() -> None:
 def connect_tpu():
     """TPUStrategy for --tpu; a TPU that cannot be found or reached is one line naming the flags."""
     from textrain.framework import errors
-    from textrain.trainers import core
+    from textrain.trainers.strategy import make_strategy
 
     if not FLAGS.tpu:
         raise errors.UserError("--use_tpu needs --tpu=NAME (the Cloud TPU's name or grpc:// address; on a TPU VM "
                                "--tpu=local)")
     try:
-        return core.make_strategy("tpu", tpu=FLAGS.tpu, tpu_zone=FLAGS.tpu_zone, gcp_project=FLAGS.gcp_project)
+        return make_strategy("tpu", tpu=FLAGS.tpu, tpu_zone=FLAGS.tpu_zone, gcp_project=FLAGS.gcp_project)
     except Exception as e:  # noqa: BLE001 - the resolver raises ValueError, URLError, HttpError, NotFoundError...
         first = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
         raise errors.UserError(f"--tpu={FLAGS.tpu}: cannot reach the TPU ({type(e).__name__}: {first}); check "
@@ -109,11 +109,19 @@ def make_tpu_strategy():
     if FLAGS.num_hosts != 1:
         raise errors.UserError(f"--num_hosts={FLAGS.num_hosts} needs --use_tpu (several GPU machines: "
                                f"textrain-train-gpu --strategy=multi_worker)")
-    from textrain.trainers.run import make_strategy
+    from textrain.trainers.strategy import strategy_from_spec
+
+    return strategy_from_spec(strategy_spec_from_flags())
+
+
+def strategy_spec_from_flags():
+    """The strategy the flags choose, as the run's spec records it: the TPU, else the local replicas."""
     from textrain.trainers.run_spec import StrategySpec
 
+    if FLAGS.use_tpu:
+        return StrategySpec("tpu", tpu=FLAGS.tpu, tpu_zone=FLAGS.tpu_zone, gcp_project=FLAGS.gcp_project)
     n = local_replicas()
-    return make_strategy(StrategySpec("mirrored" if n > 1 else "one_device", n))
+    return StrategySpec("mirrored" if n > 1 else "one_device", n)
 
 
 def require_static_shapes(ds) -> None:
@@ -140,7 +148,7 @@ def main(argv: list[str]) -> None:
         check_tpu_paths()
     strategy = make_tpu_strategy()
     # Fixed-shape batches (drop_remainder) are DataParams' default, which the run keeps.
-    launch.run_training("textrain-train-tpu", strategy, config_overrides=TPU_CONFIG,
+    launch.run_training("textrain-train-tpu", strategy_spec_from_flags(), strategy, config_overrides=TPU_CONFIG,
                         check_dataset=require_static_shapes)
 
 

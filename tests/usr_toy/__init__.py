@@ -1,5 +1,6 @@
 """A --usr_dir package for the trainer CLI tests (tests/test_train_gpu.py, test_train_tpu.py): a tiny problem and model, as a
-user would write them. `TOY_SLOW_INPUT=<seconds>` makes every batch that long to read (tf.data's own
+user would write them, and a fine-tuning head (`usr_toy_classifier`) that docs/new_model.md walks through train,
+finetune and export (tests/test_new_model.py). `TOY_SLOW_INPUT=<seconds>` makes every batch that long to read (tf.data's own
 sleep transformation, outside the compiled step; a py_function would hang the interpreter's exit), so a
 test can kill a run mid-way."""
 import atexit
@@ -12,7 +13,7 @@ import tensorflow as tf
 
 from textrain.framework.problem import Problem
 from textrain.framework.registry import register_model, register_problem
-from textrain.models.base import StepOutput, Term, TrainableModel
+from textrain.models.base import FinetuneModel, StepOutput, Term, TrainableModel
 
 
 @dataclasses.dataclass
@@ -75,3 +76,41 @@ class UsrToyModel(TrainableModel):
             atexit.register(lambda: np.save(os.path.join(dump, f"worker_{task}.npy"),
                                             np.concatenate([v.numpy().ravel() for v in model.trainable_variables])))
         return model
+
+
+@register_model
+class UsrToyClassifier(FinetuneModel):
+    """A fine-tuning head for any WordPiece sentence task: the mean of the real tokens' embeddings -> logits."""
+
+    serves_raw_text = True  # WordPiece ids (the default `tokenizer`): export also serves raw strings
+
+    def __init__(self, vocab_size: int, num_labels: int, width: int = 8):
+        super().__init__(name="usr_toy_classifier")
+        self.embedding = tf.keras.layers.Embedding(vocab_size, width)
+        self.head = tf.keras.layers.Dense(num_labels)
+
+    def logits(self, f, training=False):
+        mask = tf.cast(f["input_mask"], tf.float32)[:, :, None]  # BERT layout: 1 = real token
+        pooled = tf.reduce_sum(self.embedding(f["input_ids"]) * mask, 1) / tf.maximum(tf.reduce_sum(mask, 1), 1.0)
+        return tf.cast(self.head(pooled), tf.float32)
+
+    def step_output(self, f, state, training):
+        logits = self.logits(f, training)
+        labels = tf.cast(f["label_ids"], tf.int32)
+        real = tf.cast(f["is_real_example"], tf.float32)
+        ce = tf.nn.sparse_softmax_cross_entropy_with_logits(labels, logits)
+        right = tf.cast(tf.equal(tf.argmax(logits, -1, output_type=tf.int32), labels), tf.float32)
+        count = tf.reduce_sum(real)
+        return StepOutput({"ce": Term(tf.reduce_sum(ce * real), count)},
+                          {"accuracy": Term(tf.reduce_sum(right * real), count)}, state)
+
+    def predict_outputs(self, f):
+        logits = self.logits(f)
+        return {"logits": logits, "probabilities": tf.nn.softmax(logits)}
+
+    @classmethod
+    def from_settings(cls, *, manifest=None, num_labels=None, **settings):
+        """Vocabulary size and labels from the task's train manifest (textrain-finetune also passes num_labels)."""
+        made = (manifest or {}).get("settings", {})
+        return cls(int(made["vocab_size"]), int(num_labels or made["num_labels"]))
+

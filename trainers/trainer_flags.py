@@ -16,6 +16,7 @@ train_gpu.py, google-research/electra configure_pretraining.py. Model flags defa
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from absl import flags
@@ -111,52 +112,6 @@ _LOOP_FLAGS = [
      ["host", "distributed"]),
 ]
 
-_XLNET_FLAGS = [  # zihangdai/xlnet train_gpu.py; None = the model preset / config file / data manifest
-    ("integer", "seq_len", None, "XLNet sequence length (original 512); checked against the manifest."),
-    ("integer", "reuse_len", None, "Tokens reused as memory in each example (original 256)."),
-    ("integer", "mem_len", None, "Memory length carried across steps (original 0 in data, 384 in training)."),
-    ("integer", "perm_size", None, "Permutation window (original = reuse_len)."),
-    ("bool", "bi_data", None, "Bidirectional data pipeline (original True); checked against the manifest."),
-    ("integer", "mask_alpha", None, "Tokens per group of masked spans (original 6)."),
-    ("integer", "mask_beta", None, "Masked tokens per group (original 1)."),
-    ("integer", "num_predict", None, "Predicted tokens per example (original 85); checked against the manifest."),
-    ("integer", "n_layer", None, "Layers (original 24)."),
-    ("integer", "d_model", None, "Hidden size (original 1024)."),
-    ("integer", "d_embed", None, "Embedding size (the original ignores it: embeddings are d_model wide)."),
-    ("integer", "n_head", None, "Attention heads (original 16)."),
-    ("integer", "d_head", None, "Size of each head (original 64)."),
-    ("integer", "d_inner", None, "Feed-forward size (original 4096)."),
-    ("bool", "untie_r", None, "Untie the relative-attention biases across layers (original True)."),
-    ("string", "ff_activation", None, "relu or gelu (original relu)."),
-    ("integer", "clamp_len", None, "Clamp relative distances (-1: no clamping)."),
-    ("bool", "same_length", None, "Same attention length for every token."),
-    ("bool", "uncased", None, "Lower-case input (SentencePiece side)."),
-    ("float", "dropout", None, "Dropout (original 0.1)."),
-    ("float", "dropatt", None, "Attention dropout (original 0.1)."),
-    ("string", "model_config_path", None, "xlnet_config.json of an original release."),
-    ("string", "attn_type", None, "bi or uni attention (original bi)."),
-    ("string", "init", None, "normal or uniform initialisation (original normal)."),
-    ("float", "init_std", None, "Stddev of the normal initialiser (original 0.02)."),
-    ("float", "init_range", None, "Range of the uniform initialiser (original 0.1)."),
-    ("integer", "n_token", None, "Vocabulary size (default: the data manifest's)."),
-    ("bool", "recompute", None, "Recompute activations in the backward pass (memory for time)."),
-]
-
-_ELECTRA_FLAGS = [  # google-research/electra configure_pretraining.py
-    ("string", "model_size", None, "small | base | large preset (BERT and ELECTRA)."),
-    ("integer", "vocab_size", None, "Vocabulary size (default: the data manifest's)."),
-    ("float", "mask_prob", None, "Masking probability (original 0.15)."),
-    ("float", "gen_weight", None, "Generator MLM loss weight (original 1.0)."),
-    ("float", "disc_weight", None, "Discriminator loss weight (original 50.0)."),
-    ("float", "generator_hidden_size", None, "Generator width as a fraction of the discriminator's (original 0.25)."),
-    ("float", "temperature", None, "Gumbel sampling temperature (original 1.0)."),
-    ("bool", "disallow_correct", None, "Never sample the original token (original False)."),
-    ("float", "generator_layers", None, "Generator depth as a fraction of the discriminator's (original 1.0)."),
-    ("integer", "embedding_size", None, "Embedding width; projected when it differs from the hidden size."),
-    ("bool", "untied_generator_embeddings", None, "Separate generator embeddings (original: tied)."),
-    ("string", "electra_config_file", None, "ELECTRA discriminator config JSON (BERT format)."),
-]
-
 _T2T_FLAGS = [  # tensor2tensor t2t-trainer; the transformer's hparams set gives defaults to flags not given
     ("string", "hparams_set", None, "Named hyper-parameter set (transformer_tiny|small|base|big); "
      "it also sets the trainer flags you do not give (batch, schedule, Adam)."),
@@ -169,8 +124,24 @@ _T2T_FLAGS = [  # tensor2tensor t2t-trainer; the transformer's hparams set gives
      ["auto", "bucket", "fixed", "pack", "tokens", "tokens_fixed"]),
 ]
 
-ALL_FLAG_GROUPS = (_RUN_FLAGS, _BERT_RUN_FLAGS, _TPU_FLAGS, _OPTIMIZER_FLAGS, _LOOP_FLAGS, _XLNET_FLAGS,
-                   _ELECTRA_FLAGS, _T2T_FLAGS)
+ALL_FLAG_GROUPS = (_RUN_FLAGS, _BERT_RUN_FLAGS, _TPU_FLAGS, _OPTIMIZER_FLAGS, _LOOP_FLAGS)
+_KINDS = {"int | None": "integer", "float | None": "float", "bool | None": "bool", "str | None": "string"}
+
+
+def model_setting_flags() -> list[tuple[str, str, Any, str]]:
+    """(kind, name, default, help) of every registered model's `Settings` field (models/base.py), each name
+    once, registered order (the built-ins, then a --usr_dir's)."""
+    from textrain.framework import registry
+
+    registry.import_builtins()  # the built-in models' flags exist whatever the caller imported
+    out, seen = [], set()
+    for model in registry.models.names():
+        settings = registry.models.get(model).Settings
+        for field in dataclasses.fields(settings) if settings is not None else ():
+            if field.name not in seen:
+                seen.add(field.name)
+                out.append((_KINDS[str(field.type)], field.name, field.default, field.metadata["help"]))
+    return out
 
 
 _DECODE_FLAGS = [  # tensor2tensor t2t-decoder (its --decode_hparams beam_size/alpha/batch_size/extra_length)
@@ -193,7 +164,7 @@ def define_decode_flags() -> None:
 
 def define_trainer_flags() -> None:
     """Define every trainer and model flag (idempotent; shared names are defined once)."""
-    for group in ALL_FLAG_GROUPS:
+    for group in (*ALL_FLAG_GROUPS, model_setting_flags(), _T2T_FLAGS):
         for kind, name, default, help_text, *values in group:
             if values:
                 _define("enum", name, default, help_text, values=values[0])
@@ -202,16 +173,16 @@ def define_trainer_flags() -> None:
 
 
 def flag_names() -> list[str]:
-    return [entry[1] for group in ALL_FLAG_GROUPS for entry in group]
+    return [entry[1] for group in (*ALL_FLAG_GROUPS, model_setting_flags(), _T2T_FLAGS) for entry in group]
 
 
 # ------------------------------------------------------------------------- flags -> model settings
 # The config-file flag of each family (a run gives the one of its model): the setting `config_file`.
 CONFIG_FILE_FLAGS = ("electra_config_file", "bert_config_file", "model_config_path")
 # Flags that are model settings under their own (the originals') names; `--model_size` is `size`.
-MODEL_SETTING_FLAGS = tuple(
-    [entry[1] for group in (_XLNET_FLAGS, _ELECTRA_FLAGS) for entry in group
-     if entry[1] not in CONFIG_FILE_FLAGS + ("model_size",)] + ["hparams_set", "hparams"])
+def model_setting_names() -> list[str]:
+    return [entry[1] for entry in model_setting_flags()
+            if entry[1] not in CONFIG_FILE_FLAGS + ("model_size",)] + ["hparams_set", "hparams"]
 
 
 def model_settings_from_flags(values: Any) -> dict[str, Any]:
@@ -222,7 +193,7 @@ def model_settings_from_flags(values: Any) -> dict[str, Any]:
     def value(name: str) -> Any:
         return getattr(values, name, None)
 
-    settings = {name: value(name) for name in MODEL_SETTING_FLAGS if value(name) is not None}
+    settings = {name: value(name) for name in model_setting_names() if value(name) is not None}
     if value("model_size") is not None:
         settings["size"] = value("model_size")
     config_file = next((value(n) for n in CONFIG_FILE_FLAGS if value(n)), None)

@@ -1,0 +1,81 @@
+"""docs/new_model.md, run: a model with a fine-tuning head that lives only in a --usr_dir (tests/usr_toy's
+`usr_toy_classifier`) goes through textrain-finetune (records made, trained, evaluated, predicted, exported with
+raw-string signatures) and textrain-train-gpu on the same records, with no file of trainers/ knowing its name."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from test_finetune_cli import emma_speech_rows
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+USR_TOY = os.path.join(HERE, "usr_toy")
+EMMA = os.path.join(HERE, "data", "austen_emma.txt")
+
+
+def _env() -> dict:
+    return dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+
+
+def _final(stdout: str) -> dict:
+    lines = [line for line in stdout.splitlines() if line.startswith("final ")]
+    assert lines, stdout[-2000:]
+    return json.loads(lines[-1][len("final "):])
+
+
+def test_trainers_do_not_name_the_model():
+    for folder, _, files in os.walk(os.path.join(REPO, "trainers")):
+        for name in files:
+            if name.endswith(".py"):
+                assert "usr_toy" not in open(os.path.join(folder, name), encoding="utf-8").read(), name
+
+
+@pytest.mark.slow
+def test_a_usr_dir_model_finetunes_exports_and_trains(tmp_path):
+    from textrain.framework.encoders import build_wordpiece_vocab
+    from textrain.framework.graph_wordpiece import GraphWordpieceTokenizer
+
+    rows = emma_speech_rows()[:200]
+    files = {}
+    for split, part in {"train": rows[:140], "dev": rows[140:180], "test": rows[180:]}.items():
+        files[split] = str(tmp_path / f"{split}.tsv")
+        with open(files[split], "w", encoding="utf-8") as f:
+            f.write("sentence\tlabel\n" + "".join(f"{t}\t{l}\n" for t, l in part))
+    vocab = build_wordpiece_vocab(EMMA, vocab_size=400, out_file=str(tmp_path / "vocab.txt"))
+    data, run = tmp_path / "data", tmp_path / "run"
+    hparams = {"train_file": files["train"], "dev_file": files["dev"], "test_file": files["test"]}
+    params = [f"finetune.usr_dir='{USR_TOY}'", "finetune.model='usr_toy_classifier'",
+              "finetune.task='tsv_classification'", f"finetune.problem_hparams={hparams!r}",
+              f"finetune.vocab_file='{vocab}'", f"finetune.data_dir='{data}'", f"finetune.model_dir='{run}'",
+              "finetune.max_seq_length=32", "finetune.train_batch_size=16", "finetune.num_train_steps=10",
+              "finetune.learning_rate=0.05", "finetune.do_predict=True", "finetune.export=True"]
+    proc = subprocess.run([sys.executable, "-m", "textrain.trainers.finetune",
+                           *[f"--gin_param={p}" for p in params]],
+                          cwd=REPO, env=_env(), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    final = _final(proc.stdout)
+    assert final["step"] == 10 and final["num_labels"] == 2 and "accuracy" in final["eval"]["dev"]
+    assert os.path.exists(run / "predict_test.tsv")
+
+    loaded = tf.saved_model.load(str(run / "export"))
+    texts = tf.constant([t for t, _ in rows[180:184]])
+    by_text = loaded.signatures["serve_text"](text_a=texts)
+    ids = GraphWordpieceTokenizer(vocab, do_lower_case=True, max_seq_length=32)(texts)
+    by_ids = loaded.signatures["serving_default"](**{k: tf.cast(v, tf.int32) for k, v in ids.items()})
+    np.testing.assert_allclose(by_text["probabilities"].numpy(), by_ids["probabilities"].numpy(), rtol=1e-6)
+
+    # The same head, trained by the pretraining CLI on the records textrain-finetune made.
+    proc = subprocess.run(
+        [sys.executable, "-m", "textrain.trainers.train_gpu", f"--usr_dir={USR_TOY}", "--problem=tsv_classification",
+         f"--data_dir={data}", "--model=usr_toy_classifier", f"--model_dir={tmp_path / 'train'}",
+         "--train_batch_size=16", "--num_train_steps=4", "--learning_rate=0.05", "--num_gpus=2"],
+        cwd=REPO, env=_env(), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert _final(proc.stdout)["step"] == 4
