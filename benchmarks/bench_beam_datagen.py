@@ -158,7 +158,7 @@ def tree(root: int) -> list[int]:
 
 
 class TreeMonitor(threading.Thread):
-    """Polls every process under `root` every 0.2 s; keeps each one's last figures (they only grow)."""
+    """Polls every process under `root` every 0.2 s; keeps each one's largest figures (they only grow)."""
 
     def __init__(self, root: int):
         super().__init__(daemon=True)
@@ -168,8 +168,9 @@ class TreeMonitor(threading.Thread):
         while not self.stop.is_set():
             for pid in tree(self.root):
                 got = proc_figures(pid)
-                if got:
-                    self.procs[pid] = got
+                if got:  # the largest seen: an exiting process (a zombie) reads as no memory
+                    last = self.procs.get(pid, got)
+                    self.procs[pid] = {k: max(v, last[k]) for k, v in got.items()}
             self.stop.wait(0.2)
 
 
