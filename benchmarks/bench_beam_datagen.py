@@ -267,7 +267,7 @@ def datagen_run(runs: Runs, name: str, work: str, corpus: str, vocab: str, num_s
                 extra: list[list[str]] | None = None) -> dict:
     """One configuration: the datagen CLI once per entry of `extra` (one after another, same data_dir)."""
     def measure() -> dict:
-        data_dir = os.path.join(work, "runs", name)
+        data_dir = os.path.join(work, "runs", f"{name}-{os.getpid()}")  # invocations side by side never share one
         shutil.rmtree(data_dir, ignore_errors=True)
         flags = ["--problem=bert_pretrain", f"--input_file={corpus}", f"--vocab_file={vocab}",
                  f"--data_dir={data_dir}", f"--num_shards={num_shards}", "--dupe_factor=1", "--seed=1"]
