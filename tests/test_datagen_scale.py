@@ -117,5 +117,6 @@ def test_cpu_and_bytes_read_do_not_grow_with_the_shard_count(corpus, tmp_path):
                                    why=f" (8 shards: {cpu_8:.1f} CPU-s)")
     figures = (f"8 shards {cpu_8:.1f} CPU-s, read {read_8 / corpus_bytes:.2f}x the corpus; "
                f"64 shards {cpu_64:.1f} CPU-s, read {read_64 / corpus_bytes:.2f}x")
+    print(figures)  # shown with -rA: the figures behind the bounds
     assert cpu_64 <= CPU_RATIO * cpu_8, figures
     assert read_64 <= READ_RATIO * read_8, figures
