@@ -642,3 +642,18 @@ def test_from_textrain_takes_a_best_directory(tmp_path):
                     f"--vocab_file={os.path.join(HF_FIXTURES, 'BertModel', 'vocab.txt')}", f"--to_hf={tmp_path / 'hf'}")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert (tmp_path / "hf" / "model.safetensors").exists()
+
+
+# ============================================================================== conversion killed
+def test_convert_removes_temp_dirs_of_dead_writers(tmp_path):
+    """A textrain-convert killed with -9 leaves `.<out>.incomplete-<pid>/`; the next run into the same place
+    removes it (its writer is dead) and writes the output."""
+    hf = _hf_copy(tmp_path)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale = tmp_path / f".out.incomplete-{dead.pid}"
+    stale.mkdir()
+    (stale / "model.safetensors").write_bytes(b"half")
+    proc = _convert(f"--from_hf={hf}", f"--to_hf={tmp_path / 'out'}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert _left_beside(tmp_path, "hf") == ["out"]
