@@ -657,3 +657,32 @@ def test_convert_removes_temp_dirs_of_dead_writers(tmp_path):
     proc = _convert(f"--from_hf={hf}", f"--to_hf={tmp_path / 'out'}")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert _left_beside(tmp_path, "hf") == ["out"]
+
+
+# ============================================================================== fine-tuning that fails early
+def _finetune_bad_dev(tmp_path, model_dir: str):
+    """A fine-tune whose dev set has a label the train set lacks: refused before the first checkpoint."""
+    (tmp_path / "train.tsv").write_text("sentence\tlabel\n" + "she said hello\tspeech\nhe walked\tnarration\n" * 8)
+    (tmp_path / "dev.tsv").write_text("sentence\tlabel\nshe sang\tsong\n")
+    hp = {"train_file": str(tmp_path / "train.tsv"), "dev_file": str(tmp_path / "dev.tsv")}
+    params = ["finetune.model='bert_classifier'", "finetune.task='tsv_classification'",
+              f"finetune.problem_hparams={hp!r}", f"finetune.data_dir='{tmp_path / 'data'}'",
+              f"finetune.model_dir='{model_dir}'", "finetune.model_size='tiny'", "finetune.max_seq_length=16",
+              f"finetune.vocab_file='{os.path.join(HF_FIXTURES, 'BertModel', 'vocab.txt')}'",
+              "finetune.train_batch_size=4", "finetune.num_train_steps=2"]
+    return _run(["textrain.trainers.finetune", *[f"--gin_param={p}" for p in params]], env=_env())
+
+
+def test_a_finetune_failing_before_its_first_checkpoint_leaves_no_model_dir(tmp_path):
+    model_dir = tmp_path / "run"
+    proc = _finetune_bad_dev(tmp_path, str(model_dir))
+    assert proc.returncode == 1
+    line = _error_line(proc, "textrain-finetune")
+    assert "song" in line and str(tmp_path / "dev.tsv") in line
+    assert not model_dir.exists()
+    # a model_dir that was there keeps what it held, and only that
+    model_dir.mkdir()
+    (model_dir / "notes.txt").write_text("mine")
+    proc = _finetune_bad_dev(tmp_path, str(model_dir))
+    assert proc.returncode == 1 and _error_line(proc, "textrain-finetune")
+    assert os.listdir(model_dir) == ["notes.txt"]
