@@ -686,3 +686,24 @@ def test_a_finetune_failing_before_its_first_checkpoint_leaves_no_model_dir(tmp_
     proc = _finetune_bad_dev(tmp_path, str(model_dir))
     assert proc.returncode == 1 and _error_line(proc, "textrain-finetune")
     assert os.listdir(model_dir) == ["notes.txt"]
+
+
+# ============================================================================== resuming with another batch size
+def test_resume_with_another_batch_size_is_refused_naming_both(usr, clean_data, tmp_path):
+    """The saved input iterator holds batches of the old size, so its position cannot carry over: refused
+    in one line naming both sizes, the run's checkpoints untouched."""
+    model_dir = tmp_path / "run"
+    proc = _run(_train_args(usr, clean_data, model_dir), env=_env())
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    before = sorted(os.listdir(model_dir))
+    args = [a for a in _train_args(usr, clean_data, model_dir, "--num_train_steps=6") if a != "--train_batch_size=8"]
+    proc = _run([*args, "--train_batch_size=4"], env=_env())
+    assert proc.returncode == 1
+    line = _error_line(proc, "textrain-train-gpu")
+    assert "was trained with batch size 8" in line and "this run's is 4" in line
+    assert tf_latest_step(model_dir) == 4 and sorted(os.listdir(model_dir)) == before
+
+
+def tf_latest_step(model_dir) -> int:
+    state = (model_dir / "checkpoint").read_text()
+    return int(re.search(r'model_checkpoint_path: "ckpt-(\d+)"', state).group(1))
