@@ -1,5 +1,31 @@
-"""Faults and bad input as a user meets them (issue #14): each row of the issue's table through the CLI
-as a real process on real files, asserting the one error line, the exit status and what is left on disk.
+"""Faults and bad input as a user meets them, through the CLIs as real processes on real files: each test
+asserts the one `textrain-<cli>: error:` line, the exit status and what is left on disk.
+
+Every fault case the project promises to handle, so a new probe starts from this list (test -> case):
+
+Records and datagen
+  - a complete shard deleted / corrupted: re-run (--verify) regenerates it byte-identical  test_damaged_shards_*
+  - truncated shards named before training; a corrupt record while training: file + offset  test_truncated_*, test_corrupt_record_*
+  - a corrupt gzip input: one line                                              test_corrupt_gzip_input_is_one_line
+  - a corpus of one long word / a 1 MB word in vocab learning                   test_a_corpus_of_one_long_word_*, test_a_one_megabyte_word_*
+  - CSV row with extra fields, a folder that is not a corpus, a failed datagen's new --data_dir:
+    handled in the corpus readers and datagen (their own tests, tests/test_corpus_formats.py)
+One writer per directory
+  - a second datagen / trainer on the same directory; a dead writer's stale lock  test_second_*, test_stale_lock_*
+Settings
+  - a flag out of range, BERT / problem settings, declared ranges               test_a_trainer_flag_*, test_*_settings_*
+Disk
+  - full disk, read-only data_dir                                               test_disk_full_*, test_read_only_*
+Checkpoints and training
+  - a checkpoint that does not fit (variables named); non-finite gradients; Ctrl-C saves, exits 130
+  - resuming with another --train_batch_size: refused naming both sizes         test_resume_with_another_batch_size_*
+  - a fine-tune failing before its first checkpoint leaves no model_dir         test_a_finetune_failing_before_*
+  - `run/best` (with or without its `checkpoint` file) is a checkpoint directory  test_from_textrain_takes_a_best_directory
+Hugging Face directories
+  - a truncated / non-safetensors model.safetensors: the file named             test_damaged_safetensors_*
+  - config.json with a missing or mistyped size field: file, field, expected    test_config_json_with_a_bad_field_*
+  - kill -9 during textrain-convert: the dead writer's temp directory removed   test_convert_removes_temp_dirs_of_dead_writers
+  - an HF directory of another family (ELECTRA into --model=bert): says which, short  test_hf_directory_of_another_family_*
 
 The data: a tiny `--usr_dir` problem made by textrain-datagen from a text file; the model: a tiny dense
 model (its depth/width from env vars, a test hook, so checkpoints of other shapes can be made).
