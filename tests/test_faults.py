@@ -733,3 +733,26 @@ def test_resume_with_another_batch_size_is_refused_naming_both(usr, clean_data, 
 def tf_latest_step(model_dir) -> int:
     state = (model_dir / "checkpoint").read_text()
     return int(re.search(r'model_checkpoint_path: "ckpt-(\d+)"', state).group(1))
+
+
+# ============================================================================== an HF directory of another family
+@pytest.mark.slow
+def test_hf_directory_of_another_family_says_which_in_a_short_line(tmp_path):
+    """An HF ELECTRA directory as --init_checkpoint of --model=bert: the line says it is ELECTRA and which
+    --model takes it; the variable listing only with --verbose."""
+    data, run = tmp_path / "data", tmp_path / "run"
+    proc = _run(["textrain.framework.datagen", "--problem=bert_pretrain", f"--input_file={EMMA}", f"--data_dir={data}",
+                 "--vocab_size=600", "--max_seq_length=32", "--max_predictions_per_seq=5", "--dupe_factor=1"],
+                env=_env())
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    electra = os.path.join(HF_FIXTURES, "ElectraForPreTraining")
+    args = ["textrain.trainers.train_gpu", "--problem=bert_pretrain", "--model=bert", "--model_size=tiny",
+            f"--data_dir={data}", f"--model_dir={run}", "--max_seq_length=32", "--max_predictions_per_seq=5",
+            "--train_batch_size=8", "--num_train_steps=2", f"--init_checkpoint={electra}"]
+    proc = _run(args, env=_env())
+    assert proc.returncode == 1
+    line = _error_line(proc, "textrain-train-gpu")
+    assert "is a Hugging Face ELECTRA checkpoint (ElectraForPreTraining)" in line and "--model=electra" in line
+    assert len(line) < 400 and not run.exists()
+    proc = _run([*args, "--verbose"], env=_env())
+    assert proc.returncode != 0 and "missing from checkpoint" in proc.stderr
