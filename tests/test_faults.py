@@ -736,19 +736,39 @@ def tf_latest_step(model_dir) -> int:
 
 
 # ============================================================================== an HF directory of another family
-@pytest.mark.slow
-def test_hf_directory_of_another_family_says_which_in_a_short_line(tmp_path):
-    """An HF ELECTRA directory as --init_checkpoint of --model=bert: the line says it is ELECTRA and which
-    --model takes it; the variable listing only with --verbose."""
-    data, run = tmp_path / "data", tmp_path / "run"
+@pytest.fixture(scope="module")
+def bert_data(tmp_path_factory) -> str:
+    data = tmp_path_factory.mktemp("bert") / "data"
     proc = _run(["textrain.framework.datagen", "--problem=bert_pretrain", f"--input_file={EMMA}", f"--data_dir={data}",
                  "--vocab_size=600", "--max_seq_length=32", "--max_predictions_per_seq=5", "--dupe_factor=1"],
                 env=_env())
     assert proc.returncode == 0, proc.stderr[-3000:]
-    electra = os.path.join(HF_FIXTURES, "ElectraForPreTraining")
-    args = ["textrain.trainers.train_gpu", "--problem=bert_pretrain", "--model=bert", "--model_size=tiny",
+    return str(data)
+
+
+def _bert_train_args(data: str, run, init_checkpoint: str) -> list[str]:
+    return ["textrain.trainers.train_gpu", "--problem=bert_pretrain", "--model=bert", "--model_size=tiny",
             f"--data_dir={data}", f"--model_dir={run}", "--max_seq_length=32", "--max_predictions_per_seq=5",
-            "--train_batch_size=8", "--num_train_steps=2", f"--init_checkpoint={electra}"]
+            "--train_batch_size=8", "--num_train_steps=2", f"--init_checkpoint={init_checkpoint}"]
+
+
+@pytest.mark.slow
+def test_damaged_safetensors_as_init_checkpoint_is_one_line(bert_data, tmp_path):
+    hf = _hf_copy(tmp_path, "BertForPreTraining")
+    weights = os.path.join(hf, "model.safetensors")
+    os.truncate(weights, os.path.getsize(weights) // 2)
+    proc = _run(_bert_train_args(bert_data, tmp_path / "run", hf), env=_env())
+    assert proc.returncode == 1
+    assert f"{weights}: truncated or not a safetensors file" in _error_line(proc, "textrain-train-gpu")
+    assert _left_beside(tmp_path, "hf") == []
+
+
+@pytest.mark.slow
+def test_hf_directory_of_another_family_says_which_in_a_short_line(bert_data, tmp_path):
+    """An HF ELECTRA directory as --init_checkpoint of --model=bert: the line says it is ELECTRA and which
+    --model takes it; the variable listing only with --verbose."""
+    run = tmp_path / "run"
+    args = _bert_train_args(bert_data, run, os.path.join(HF_FIXTURES, "ElectraForPreTraining"))
     proc = _run(args, env=_env())
     assert proc.returncode == 1
     line = _error_line(proc, "textrain-train-gpu")
