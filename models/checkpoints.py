@@ -7,6 +7,7 @@ missing, unexpected and mis-shaped name, so a wrong vocab or config is caught be
 """
 from __future__ import annotations
 
+import os
 import re
 from typing import Iterable
 
@@ -35,6 +36,21 @@ def checkpoint_variables(path: str) -> dict[str, tuple[int, ...]]:
     return {name: tuple(shape) for name, shape in tf.train.list_variables(path)}
 
 
+_FAMILY_NAMES = {"bert": "BERT", "electra": "ELECTRA", "xlnet": "XLNet"}
+
+
+def _refuse_other_family(path: str, variable_map: dict, error: CheckpointMismatchError) -> None:
+    """An HF directory of another model family (ELECTRA into BERT) fails on every variable: say that in a
+    short line; the full listing is the cause, shown with --verbose."""
+    architecture = hf_format.architecture_of(hf_format.read_config(path), os.path.join(path, hf_format.CONFIG))
+    family = hf_format.ARCHITECTURES[architecture][0]
+    scopes = {name.split("/", 1)[0] for name in variable_map}
+    if family in ("bert", "electra") and family not in scopes:
+        raise CheckpointMismatchError(
+            f"{path} is a Hugging Face {_FAMILY_NAMES[family]} checkpoint ({architecture}), not one of this model's "
+            f"family: use --model={family} (or its fine-tuning model); --verbose lists every variable") from error
+
+
 def load_tf1_checkpoint(path: str, variable_map: dict[str, tf.Variable],
                         ignore: Iterable[str] = DEFAULT_IGNORE,
                         allow_unexpected: Iterable[str] = ()) -> list[str]:
@@ -45,7 +61,12 @@ def load_tf1_checkpoint(path: str, variable_map: dict[str, tf.Variable],
     pretraining head when fine-tuning). Everything else must match exactly, or nothing is assigned.
     """
     if hf_format.is_hf_directory(path):
-        return assign_tf1_values(path, hf_directory_values(path), variable_map, ignore, allow_unexpected)
+        values = hf_directory_values(path)
+        try:
+            return assign_tf1_values(path, values, variable_map, ignore, allow_unexpected)
+        except CheckpointMismatchError as e:
+            _refuse_other_family(path, variable_map, e)
+            raise
     reader = tf.train.load_checkpoint(path)
     values = {name: _Lazy(reader, name, shape) for name, shape in reader.get_variable_to_shape_map().items()}
     return assign_tf1_values(path, values, variable_map, ignore, allow_unexpected)

@@ -1,5 +1,31 @@
-"""Faults and bad input as a user meets them (issue #14): each row of the issue's table through the CLI
-as a real process on real files, asserting the one error line, the exit status and what is left on disk.
+"""Faults and bad input as a user meets them, through the CLIs as real processes on real files: each test
+asserts the one `textrain-<cli>: error:` line, the exit status and what is left on disk.
+
+Every fault case the project promises to handle, so a new probe starts from this list (test -> case):
+
+Records and datagen
+  - a complete shard deleted / corrupted: re-run (--verify) regenerates it byte-identical  test_damaged_shards_*
+  - truncated shards named before training; a corrupt record while training: file + offset  test_truncated_*, test_corrupt_record_*
+  - a corrupt gzip input: one line                                              test_corrupt_gzip_input_is_one_line
+  - a corpus of one long word / a 1 MB word in vocab learning                   test_a_corpus_of_one_long_word_*, test_a_one_megabyte_word_*
+  - CSV row with extra fields, a folder that is not a corpus, a failed datagen's new --data_dir:
+    handled in the corpus readers and datagen (their own tests, tests/test_corpus_formats.py)
+One writer per directory
+  - a second datagen / trainer on the same directory; a dead writer's stale lock  test_second_*, test_stale_lock_*
+Settings
+  - a flag out of range, BERT / problem settings, declared ranges               test_a_trainer_flag_*, test_*_settings_*
+Disk
+  - full disk, read-only data_dir                                               test_disk_full_*, test_read_only_*
+Checkpoints and training
+  - a checkpoint that does not fit (variables named); non-finite gradients; Ctrl-C saves, exits 130
+  - resuming with another --train_batch_size: refused naming both sizes         test_resume_with_another_batch_size_*
+  - a fine-tune failing before its first checkpoint leaves no model_dir         test_a_finetune_failing_before_*
+  - `run/best` (with or without its `checkpoint` file) is a checkpoint directory  test_from_textrain_takes_a_best_directory
+Hugging Face directories
+  - a truncated / non-safetensors model.safetensors: the file named             test_damaged_safetensors_*
+  - config.json with a missing or mistyped size field: file, field, expected    test_config_json_with_a_bad_field_*
+  - kill -9 during textrain-convert: the dead writer's temp directory removed   test_convert_removes_temp_dirs_of_dead_writers
+  - an HF directory of another family (ELECTRA into --model=bert): says which, short  test_hf_directory_of_another_family_*
 
 The data: a tiny `--usr_dir` problem made by textrain-datagen from a text file; the model: a tiny dense
 model (its depth/width from env vars, a test hook, so checkpoints of other shapes can be made).
@@ -734,3 +760,111 @@ def test_from_textrain_takes_a_best_directory(tmp_path):
                     f"--vocab_file={os.path.join(HF_FIXTURES, 'BertModel', 'vocab.txt')}", f"--to_hf={tmp_path / 'hf'}")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert (tmp_path / "hf" / "model.safetensors").exists()
+
+
+# ============================================================================== conversion killed
+def test_convert_removes_temp_dirs_of_dead_writers(tmp_path):
+    """A textrain-convert killed with -9 leaves `.<out>.incomplete-<pid>/`; the next run into the same place
+    removes it (its writer is dead) and writes the output."""
+    hf = _hf_copy(tmp_path)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale = tmp_path / f".out.incomplete-{dead.pid}"
+    stale.mkdir()
+    (stale / "model.safetensors").write_bytes(b"half")
+    proc = _convert(f"--from_hf={hf}", f"--to_hf={tmp_path / 'out'}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert _left_beside(tmp_path, "hf") == ["out"]
+
+
+# ============================================================================== fine-tuning that fails early
+def _finetune_bad_dev(tmp_path, model_dir: str):
+    """A fine-tune whose dev set has a label the train set lacks: refused before the first checkpoint."""
+    (tmp_path / "train.tsv").write_text("sentence\tlabel\n" + "she said hello\tspeech\nhe walked\tnarration\n" * 8)
+    (tmp_path / "dev.tsv").write_text("sentence\tlabel\nshe sang\tsong\n")
+    hp = {"train_file": str(tmp_path / "train.tsv"), "dev_file": str(tmp_path / "dev.tsv")}
+    params = ["finetune.model='bert_classifier'", "finetune.task='tsv_classification'",
+              f"finetune.problem_hparams={hp!r}", f"finetune.data_dir='{tmp_path / 'data'}'",
+              f"finetune.model_dir='{model_dir}'", "finetune.model_size='tiny'", "finetune.max_seq_length=16",
+              f"finetune.vocab_file='{os.path.join(HF_FIXTURES, 'BertModel', 'vocab.txt')}'",
+              "finetune.train_batch_size=4", "finetune.num_train_steps=2"]
+    return _run(["textrain.trainers.finetune", *[f"--gin_param={p}" for p in params]], env=_env())
+
+
+def test_a_finetune_failing_before_its_first_checkpoint_leaves_no_model_dir(tmp_path):
+    model_dir = tmp_path / "run"
+    proc = _finetune_bad_dev(tmp_path, str(model_dir))
+    assert proc.returncode == 1
+    line = _error_line(proc, "textrain-finetune")
+    assert "song" in line and str(tmp_path / "dev.tsv") in line
+    assert not model_dir.exists()
+    # a model_dir that was there keeps what it held, and only that
+    model_dir.mkdir()
+    (model_dir / "notes.txt").write_text("mine")
+    proc = _finetune_bad_dev(tmp_path, str(model_dir))
+    assert proc.returncode == 1 and _error_line(proc, "textrain-finetune")
+    assert os.listdir(model_dir) == ["notes.txt"]
+
+
+# ============================================================================== resuming with another batch size
+def test_resume_with_another_batch_size_is_refused_naming_both(usr, clean_data, tmp_path):
+    """The saved input iterator holds batches of the old size, so its position cannot carry over: refused
+    in one line naming both sizes, the run's checkpoints untouched."""
+    model_dir = tmp_path / "run"
+    proc = _run(_train_args(usr, clean_data, model_dir), env=_env())
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    before = sorted(os.listdir(model_dir))
+    args = [a for a in _train_args(usr, clean_data, model_dir, "--num_train_steps=6") if a != "--train_batch_size=8"]
+    proc = _run([*args, "--train_batch_size=4"], env=_env())
+    assert proc.returncode == 1
+    line = _error_line(proc, "textrain-train-gpu")
+    assert "was trained with batch size 8" in line and "this run's is 4" in line
+    assert tf_latest_step(model_dir) == 4 and sorted(os.listdir(model_dir)) == before
+
+
+def tf_latest_step(model_dir) -> int:
+    state = (model_dir / "checkpoint").read_text()
+    return int(re.search(r'model_checkpoint_path: "ckpt-(\d+)"', state).group(1))
+
+
+# ============================================================================== an HF directory of another family
+@pytest.fixture(scope="module")
+def bert_data(tmp_path_factory) -> str:
+    data = tmp_path_factory.mktemp("bert") / "data"
+    proc = _run(["textrain.framework.datagen", "--problem=bert_pretrain", f"--input_file={EMMA}", f"--data_dir={data}",
+                 "--vocab_size=600", "--max_seq_length=32", "--max_predictions_per_seq=5", "--dupe_factor=1"],
+                env=_env())
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return str(data)
+
+
+def _bert_train_args(data: str, run, init_checkpoint: str) -> list[str]:
+    return ["textrain.trainers.train_gpu", "--problem=bert_pretrain", "--model=bert", "--model_size=tiny",
+            f"--data_dir={data}", f"--model_dir={run}", "--max_seq_length=32", "--max_predictions_per_seq=5",
+            "--train_batch_size=8", "--num_train_steps=2", f"--init_checkpoint={init_checkpoint}"]
+
+
+@pytest.mark.slow
+def test_damaged_safetensors_as_init_checkpoint_is_one_line(bert_data, tmp_path):
+    hf = _hf_copy(tmp_path, "BertForPreTraining")
+    weights = os.path.join(hf, "model.safetensors")
+    os.truncate(weights, os.path.getsize(weights) // 2)
+    proc = _run(_bert_train_args(bert_data, tmp_path / "run", hf), env=_env())
+    assert proc.returncode == 1
+    assert f"{weights}: truncated or not a safetensors file" in _error_line(proc, "textrain-train-gpu")
+    assert _left_beside(tmp_path, "hf") == []
+
+
+@pytest.mark.slow
+def test_hf_directory_of_another_family_says_which_in_a_short_line(bert_data, tmp_path):
+    """An HF ELECTRA directory as --init_checkpoint of --model=bert: the line says it is ELECTRA and which
+    --model takes it; the variable listing only with --verbose."""
+    run = tmp_path / "run"
+    args = _bert_train_args(bert_data, run, os.path.join(HF_FIXTURES, "ElectraForPreTraining"))
+    proc = _run(args, env=_env())
+    assert proc.returncode == 1
+    line = _error_line(proc, "textrain-train-gpu")
+    assert "is a Hugging Face ELECTRA checkpoint (ElectraForPreTraining)" in line and "--model=electra" in line
+    assert len(line) < 400 and not run.exists()
+    proc = _run([*args, "--verbose"], env=_env())
+    assert proc.returncode != 0 and "missing from checkpoint" in proc.stderr

@@ -426,13 +426,25 @@ def write_saved_model(exchange: Exchange, out: str, source: str, max_seq_length:
     export_classifier(model, out, max_seq_length=max_seq_length, labels=exchange.labels, tokenizer=tokenizer)
 
 
+def _remove_stale_temp_dirs(parent: str, base: str) -> None:
+    """Temp directories `<base><pid>` of writers that died (kill -9): nothing else would ever remove them.
+    A live writer's stays."""
+    from textrain.framework import locks
+    for name in os.listdir(parent):
+        pid = name[len(base):]
+        if name.startswith(base) and pid.isdigit() and not locks.process_running(int(pid)):
+            shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
+
+
 def write_atomically(out: str, write) -> Any:
     """Run `write(tmp)` into a fresh directory beside `out`, then rename it to `out` (absent or empty)."""
     if os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)):
         raise UserError(f"{out} exists and is not empty: choose a new output directory")
     parent = os.path.dirname(os.path.abspath(out))
     os.makedirs(parent, exist_ok=True)
-    tmp = os.path.join(parent, f".{os.path.basename(os.path.abspath(out))}.incomplete-{os.getpid()}")
+    base = f".{os.path.basename(os.path.abspath(out))}.incomplete-"
+    _remove_stale_temp_dirs(parent, base)
+    tmp = os.path.join(parent, f"{base}{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(tmp)
     try:

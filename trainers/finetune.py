@@ -35,11 +35,13 @@ Decisions:
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
 import os
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 import gin
@@ -149,46 +151,44 @@ def finetune(
     logging.getLogger("textrain").setLevel(logging.INFO)
     strategy_spec = StrategySpec(strategy, num_gpus)
     dist = strategy_from_spec(strategy_spec)
-    import tensorflow as tf
+    with _removed_if_it_fails_before_a_checkpoint(model_dir):
+        write_operative_config(model_dir)
 
-    tf.io.gfile.makedirs(model_dir)
-    write_operative_config(model_dir)
-
-    manifest = ensure_records(problem, data_dir, tmp_dir, datagen, seed)
-    task_type = problem.task_type
-    num_labels = int(problem.num_labels(data_dir))
-    train_examples = int(manifest["num_examples"])
-    if num_train_steps is None:
-        num_train_steps = int(train_examples / train_batch_size * num_train_epochs)
-    if num_train_steps <= 0:
-        raise errors.UserError(f"finetune.num_train_steps is {num_train_steps} ({train_examples} train examples, "
-                               f"batch {train_batch_size}, {num_train_epochs} epochs): bind a positive value")
-    num_warmup_steps = int(num_train_steps * warmup_proportion)
-    if init_checkpoint and not model_config_file and hf_format.is_hf_directory(init_checkpoint):
-        # A Hugging Face model brings its architecture: its config.json decides, not the gin file's size preset.
-        model_config_file = init_checkpoint
-        log.info("model config from %s/config.json (model_size %r not used)", init_checkpoint, model_size)
-    spec = RunSpec(
-        problem=ProblemSpec(task, problem.hparams),
-        model=ModelSpec(model, dict(num_labels=num_labels, task_type=task_type, size=model_size,
-                                    config_file=model_config_file, overrides=model_overrides, task_name=task)),
-        data_dir=data_dir,
-        train=TrainConfig(
-            model_dir=model_dir, num_train_steps=num_train_steps, global_batch_size=train_batch_size,
-            iterations_per_loop=iterations_per_loop, save_checkpoints_steps=save_checkpoints_steps,
-            keep_checkpoint_max=keep_checkpoint_max, log_steps=log_steps, clip_norm=clip_norm, precision=precision,
-            init_checkpoint=init_checkpoint, init_head=init_head, eval_every_steps=eval_every_steps if do_eval else 0),
-        optimizer=OptimizerSpec(learning_rate=learning_rate, num_warmup_steps=num_warmup_steps, optimizer=optimizer,
-                                weight_decay=weight_decay, lr_decay=lr_decay, adam_epsilon=adam_epsilon,
-                                layerwise_lr_decay=layerwise_lr_decay),
-        input=InputSpec(record_data_seed=False),
-        eval=EvalSpec(enabled=do_eval, batch_size=eval_batch_size),
-        predict=PredictSpec(enabled=do_predict, batch_size=predict_batch_size),
-        export=ExportSpec(enabled=export, export_dir=export_dir, max_seq_length=max_seq_length),
-        strategy=strategy_spec, do_train=do_train, seed=seed)
-    summary: dict[str, Any] = {"num_train_steps": num_train_steps, "num_warmup_steps": num_warmup_steps,
-                               "train_examples": train_examples, "num_labels": num_labels, "task_type": task_type}
-    return run_summary(spec, run(spec, dist), summary)
+        manifest = ensure_records(problem, data_dir, tmp_dir, datagen, seed)
+        task_type = problem.task_type
+        num_labels = int(problem.num_labels(data_dir))
+        train_examples = int(manifest["num_examples"])
+        if num_train_steps is None:
+            num_train_steps = int(train_examples / train_batch_size * num_train_epochs)
+        if num_train_steps <= 0:
+            raise errors.UserError(f"finetune.num_train_steps is {num_train_steps} ({train_examples} train examples, "
+                                   f"batch {train_batch_size}, {num_train_epochs} epochs): bind a positive value")
+        num_warmup_steps = int(num_train_steps * warmup_proportion)
+        if init_checkpoint and not model_config_file and hf_format.is_hf_directory(init_checkpoint):
+            # A Hugging Face model brings its architecture: its config.json decides, not the gin file's size preset.
+            model_config_file = init_checkpoint
+            log.info("model config from %s/config.json (model_size %r not used)", init_checkpoint, model_size)
+        spec = RunSpec(
+            problem=ProblemSpec(task, problem.hparams),
+            model=ModelSpec(model, dict(num_labels=num_labels, task_type=task_type, size=model_size,
+                                        config_file=model_config_file, overrides=model_overrides, task_name=task)),
+            data_dir=data_dir,
+            train=TrainConfig(
+                model_dir=model_dir, num_train_steps=num_train_steps, global_batch_size=train_batch_size,
+                iterations_per_loop=iterations_per_loop, save_checkpoints_steps=save_checkpoints_steps,
+                keep_checkpoint_max=keep_checkpoint_max, log_steps=log_steps, clip_norm=clip_norm, precision=precision,
+                init_checkpoint=init_checkpoint, init_head=init_head, eval_every_steps=eval_every_steps if do_eval else 0),
+            optimizer=OptimizerSpec(learning_rate=learning_rate, num_warmup_steps=num_warmup_steps, optimizer=optimizer,
+                                    weight_decay=weight_decay, lr_decay=lr_decay, adam_epsilon=adam_epsilon,
+                                    layerwise_lr_decay=layerwise_lr_decay),
+            input=InputSpec(record_data_seed=False),
+            eval=EvalSpec(enabled=do_eval, batch_size=eval_batch_size),
+            predict=PredictSpec(enabled=do_predict, batch_size=predict_batch_size),
+            export=ExportSpec(enabled=export, export_dir=export_dir, max_seq_length=max_seq_length),
+            strategy=strategy_spec, do_train=do_train, seed=seed)
+        summary: dict[str, Any] = {"num_train_steps": num_train_steps, "num_warmup_steps": num_warmup_steps,
+                                   "train_examples": train_examples, "num_labels": num_labels, "task_type": task_type}
+        return run_summary(spec, run(spec, dist), summary)
 
 
 def run_summary(spec, result, summary: dict[str, Any]) -> dict[str, Any]:
@@ -209,6 +209,29 @@ def run_summary(spec, result, summary: dict[str, Any]) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------------------------ pieces
+@contextlib.contextmanager
+def _removed_if_it_fails_before_a_checkpoint(model_dir: str) -> Iterator[None]:
+    """Make `model_dir`; if the run fails before it saved a checkpoint, remove what the run created there
+    (the whole directory if it made it), keeping whatever was there before: a failed fine-tune leaves no
+    half-made run behind."""
+    import tensorflow as tf
+    existed = tf.io.gfile.isdir(model_dir)
+    before = set(tf.io.gfile.listdir(model_dir)) if existed else set()
+    latest = tf.train.latest_checkpoint(model_dir) if existed else None
+    tf.io.gfile.makedirs(model_dir)
+    try:
+        yield
+    except BaseException:
+        if tf.train.latest_checkpoint(model_dir) == latest:
+            if not existed:
+                tf.io.gfile.rmtree(model_dir)
+            else:
+                for name in set(tf.io.gfile.listdir(model_dir)) - before:
+                    path = os.path.join(model_dir, name.rstrip("/"))
+                    tf.io.gfile.rmtree(path) if tf.io.gfile.isdir(path) else tf.io.gfile.remove(path)
+        raise
+
+
 def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
     from textrain.framework.errors import UserError
 
