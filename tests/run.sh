@@ -27,6 +27,18 @@ if [ "${TEXTRAIN_SKIP_BEAM:-0}" != 1 ]; then
   # The corpus formats through the Beam runner (Parquet in, the plain-text shards out).
   .venv-beam/bin/python -m pytest -q -p no:cacheprovider tests/test_corpus_formats.py -k beam "$@" || ok_or_none
 fi
+# The wheel test once more from inside a venv, as most users install: a venv over an interpreter that lacks the
+# packages (the system's Debian Python where there is one), so the fresh venv the test makes must see this
+# venv's packages, not its base's (TEXTRAIN_SKIP_USER_VENV=1 skips that part).
+user_base=/usr/bin/python3
+if [ "${TEXTRAIN_SKIP_USER_VENV:-0}" != 1 ] && "$user_base" -c 'import sys; assert sys.version_info >= (3, 11)' 2>/dev/null \
+    && "$user_base" -c 'import ensurepip' 2>/dev/null; then
+  [ -x .venv-user/bin/python ] || "$user_base" -m venv .venv-user
+  .venv-user/bin/python -m pip install -q --disable-pip-version-check -e ".[test]"
+  .venv-user/bin/python -m pytest -q -p no:cacheprovider -m slow tests/test_wheel.py "$@" || ok_or_none
+else
+  echo "tests/run.sh: no Python 3.11+ with venv at $user_base: the wheel test from inside a venv is skipped"
+fi
 if [ "${TEXTRAIN_SKIP_T2T:-0}" != 1 ]; then
   [ -x .venv-t2t/bin/python ] || python3 -m venv --system-site-packages .venv-t2t
   .venv-t2t/bin/python -m pip install -q --disable-pip-version-check --no-deps "tensor2tensor==1.15.7"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import glob
 import os
 import shutil
+import site
 import subprocess
 import sys
 
@@ -47,6 +48,19 @@ def _copy_tree(dst: str) -> None:
         ".git", ".venv*", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache", "demo_out"))
 
 
+def see_outer_venv(python: str, run) -> None:
+    """Inside a venv (how most users install), `-m venv --system-site-packages` gives the new venv the BASE
+    interpreter's packages, not this venv's, where TensorFlow and gin are: a .pth file adds this venv's
+    site-packages after the new venv's own. Plain path lines: the outer venv's own .pth files (an editable
+    textrain's finder) are not run, so the wheel installed in the new venv is what imports."""
+    if sys.prefix == sys.base_prefix:
+        return
+    outer = [p for p in site.getsitepackages() if os.path.realpath(p).startswith(os.path.realpath(sys.prefix))]
+    purelib = run(python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])").stdout.strip()
+    with open(os.path.join(purelib, "outer_venv.pth"), "w") as f:
+        f.write("".join(p + "\n" for p in outer))
+
+
 @pytest.mark.slow
 def test_wheel_installs_into_a_fresh_venv_and_finds_configs_by_name(tmp_path):
     src, wheels, venv = str(tmp_path / "src"), str(tmp_path / "wheels"), str(tmp_path / "venv")
@@ -62,6 +76,7 @@ def test_wheel_installs_into_a_fresh_venv_and_finds_configs_by_name(tmp_path):
     (wheel,) = glob.glob(os.path.join(wheels, "textrain-*.whl"))
     assert run(sys.executable, "-m", "venv", "--system-site-packages", venv).returncode == 0
     python, bin_dir = os.path.join(venv, "bin", "python"), os.path.join(venv, "bin")
+    see_outer_venv(python, run)
     installed = run(python, "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall", wheel)
     assert installed.returncode == 0, installed.stderr[-3000:]
 
