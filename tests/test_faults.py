@@ -8,8 +8,12 @@ Records and datagen
   - truncated shards named before training; a corrupt record while training: file + offset  test_truncated_*, test_corrupt_record_*
   - a corrupt gzip input: one line                                              test_corrupt_gzip_input_is_one_line
   - a corpus of one long word / a 1 MB word in vocab learning                   test_a_corpus_of_one_long_word_*, test_a_one_megabyte_word_*
-  - CSV row with extra fields, a folder that is not a corpus, a failed datagen's new --data_dir:
-    handled in the corpus readers and datagen (their own tests, tests/test_corpus_formats.py)
+  - a CSV row with more fields than its header: the line named, or skipped under --skip_bad_records
+                                                                                test_a_csv_row_with_extra_fields_*
+  - a folder that is not a corpus: what a datasets dir / a folder of corpus files needs
+                                                                                test_a_folder_that_is_not_a_corpus_*
+  - a failed datagen leaves no --data_dir it made                               test_a_failed_datagen_leaves_no_data_dir_*
+  - kill -9 during the corpus shuffle, then a re-run: the clean run's shards    test_kill_9_during_the_shuffle_*
 One writer per directory
   - a second datagen / trainer on the same directory; a dead writer's stale lock  test_second_*, test_stale_lock_*
 Settings
