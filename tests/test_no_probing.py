@@ -23,12 +23,20 @@ ALLOWED = {
     ("trainers/strategy.py", "strategy", "cluster_resolver"): "a tf.distribute strategy",
     ("trainers/trainer_flags.py", "values", "name"): "absl's FLAGS (or a namespace of flag values)",
     ("trainers/run.py", "problem.hparams", "max_seq_length"): "a task's HParams: not every task has the setting",
+    ("framework/shuffle.py", "st", "mtime_nsec"): "a tf.io.gfile stat result (no mtime on some file systems)",
+    ("framework/corpus_formats/rendering.py", "f", "compressed_offset"): "a file object: gzip/bz2 or zstd's",
+    ("framework/corpus_formats/jsonl.py", "f", "compressed_offset"): "a file object: gzip/bz2 or zstd's",
 }
-# The datagen input side is being rebuilt elsewhere; until then these files are not checked. The integrator
-# deletes this entry when that work lands (generator.py's corpus_inputs probe goes with it).
-NOT_CHECKED_YET = {"framework/generator.py", "framework/corpus.py", "framework/corpus_formats.py",
-                   "framework/beam_datagen.py", "framework/shards.py", "framework/datagen.py",
-                   "framework/text_problems.py"}
+# Probes on project objects in the corpus readers, still to be declared (a reader's parts, a problem's
+# reader settings, a path that may carry rendered parts): listed so that no new one comes in unnoticed.
+TO_DECLARE = {
+    ("framework/corpus.py", "path", "rendered"),
+    ("framework/corpus_formats/records.py", "reader", "count_parts"),
+    ("framework/corpus_formats/base.py", "settings", "text_field"),
+    ("framework/corpus_formats/base.py", "settings", "sentence_splitter"),
+    ("framework/corpus_formats/base.py", "settings", "paragraphs_as_documents"),
+}
+
 
 
 def _probes(path: str, rel: str):
@@ -52,11 +60,9 @@ def test_no_probing_of_project_objects():
                     continue
                 path = os.path.join(root, file)
                 rel = os.path.relpath(path, REPO).replace(os.sep, "/")
-                if rel in NOT_CHECKED_YET:
-                    continue
                 for key, line in _probes(path, rel):
                     seen.add(key)
-                    if key not in ALLOWED:
+                    if key not in ALLOWED and key not in TO_DECLARE:
                         found.append(f"{rel}:{line}: {key[1]} . {key[2]}")
     assert not found, "declare it in the contract instead of probing:\n" + "\n".join(found)
-    assert not set(ALLOWED) - seen, f"allowed but gone (remove from ALLOWED): {sorted(set(ALLOWED) - seen)}"
+    assert not (set(ALLOWED) | TO_DECLARE) - seen, f"allowed but gone (remove it): {sorted((set(ALLOWED) | TO_DECLARE) - seen)}"

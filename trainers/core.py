@@ -276,21 +276,6 @@ class Trainer(TrainerCheckpoints):
                 sums = {n: sums[n] + last[n] for n in sums}
         return sums, last, done, skipped, bad
 
-    def _refuse_other_batch_size(self, error: tf.errors.InvalidArgumentError, first_loop: bool) -> None:
-        """A restored input iterator holds batches of the size it was saved with; a resume with another batch
-        size meets them at the first step (TensorFlow's `Incompatible shapes ... expected [4,..] but got [8,..]`).
-        Refused in one line naming both sizes: the iterator's position cannot be re-derived for another size."""
-        import re
-        found = re.search(r"Incompatible shapes at component \d+: expected \[(\d+)[,\]].* but got \[(\d+)[,\]]",
-                          str(error))
-        if not (first_loop and found and self.restored_from and self.restored_from != self.config.init_checkpoint):
-            return
-        now, saved = int(found.group(1)), int(found.group(2))
-        scale = self.config.global_batch_size // now if self.config.global_batch_size and now else 1
-        raise UserError(f"--model_dir={self.config.model_dir} was trained with batch size {saved * scale} "
-                        f"({self.restored_from}); this run's is {now * scale}: resume with the batch size it was "
-                        f"saved with, or start a new --model_dir") from None
-
     def _reset_state(self) -> None:
         initial = lambda: tf.nest.map_structure(  # noqa: E731
             lambda var, t: var.assign(tf.cast(t, var.dtype)), self._state_vars,
