@@ -136,6 +136,7 @@ def make_batch(s: dict[str, int]) -> dict:
 # ------------------------------------------------------------------------------------------- children
 def child_ours(args: argparse.Namespace) -> dict:
     import tensorflow as tf
+
     from textrain.models.bert import BertConfig, BertPretrainer
     if args.inter_op_threads:
         tf.config.threading.set_inter_op_parallelism_threads(args.inter_op_threads)

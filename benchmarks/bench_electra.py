@@ -213,6 +213,7 @@ def step_batch(data_dir: str | None, batch_size: int):
     """(batch, vocab_size, special ids): the first batch of the records made above, else random ids."""
     import numpy as np
     import tensorflow as tf
+
     from textrain.framework.problem import DataParams
     from textrain.problems.electra_pretrain import ElectraPretrain
 
@@ -232,6 +233,7 @@ def step_batch(data_dir: str | None, batch_size: int):
 def write_step_batch(data_dir: str | None, batch_size: int, path: str) -> str:
     """The one batch both sides step on, as an .npz (the peer's process never imports our package)."""
     import json
+
     import numpy as np
     batch, vocab_size, special = step_batch(data_dir, batch_size)
     np.savez(path, **{k: np.asarray(batch[k]).astype(np.int32) for k in ("input_ids", "input_mask", "segment_ids")},
@@ -241,6 +243,7 @@ def write_step_batch(data_dir: str | None, batch_size: int, path: str) -> str:
 
 def read_step_batch(path: str):
     import json
+
     import numpy as np
     import tensorflow as tf
     data = np.load(path)
@@ -260,6 +263,7 @@ def timed(step, steps: int, profile: str) -> dict:
 def step_child(batch_file: str, mode: str, steps: int, profile: str = "") -> dict:
     """Ours in this (fresh) process: trainers.core.Trainer's step (benchmarks/step_bench.py), AdamW 5e-4."""
     import shutil
+
     from benchmarks import step_bench
     from textrain.models import electra
 
@@ -318,6 +322,7 @@ def peer_step_child(batch_file: str, mode: str, steps: int, profile: str = "") -
     import keras
     import keras_hub
     import tensorflow as tf
+
     from benchmarks import peers
 
     precision, xla = mode.split("_")[0], mode.endswith("_xla")

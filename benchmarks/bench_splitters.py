@@ -119,8 +119,8 @@ def datagen_cost(paras: list[list[str]], work: str) -> tuple[float, float, bool]
     """CPU seconds of bert_pretrain datagen (default settings, 2 shards) on (a) the paragraphs as JSON Lines
     (a record = 4 paragraphs), cut by the default splitter, and (b) the same sentences already cut, as
     plain text; the difference is what splitting (and JSON) costs, as the two make the same shards."""
-    from textrain.framework import sentence_splitters as ss
     from textrain.framework import encoders
+    from textrain.framework import sentence_splitters as ss
     split = ss.load(ss.DEFAULT)
     records = ["\n".join(joined(p, "en") for p in paras[i:i + 4]) for i in range(0, len(paras), 4)]
     jsonl, plain = os.path.join(work, "paragraphs.jsonl"), os.path.join(work, "sentences.txt")

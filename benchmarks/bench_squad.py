@@ -238,8 +238,9 @@ def baselines(dev: dict, window: int = 5) -> dict[str, dict]:
     """Dev F1 of the reference rules (module docstring). Their candidates are the spans the question
     rule itself can ask about, of the question's answer type (its wh-phrase), whose text is not already
     in the question."""
-    from textrain.problems import qa_postprocess as qp
     import random
+
+    from textrain.problems import qa_postprocess as qp
     rng = random.Random(0)
     first, overlap, chance = {}, {}, {}
     for para in dev["data"][0]["paragraphs"]:

@@ -95,6 +95,7 @@ def corpus_tokens(corpus: str, sp_model: str) -> int:
 def check_ids(corpus: str, sp_model: str) -> str:
     """Our ids vs the original's prepro_utils (imported from ../shared/originals, unchanged), every line."""
     import sentencepiece as spm
+
     from textrain.framework import encoders
     sys.path.insert(0, os.path.join(same_run.ORIGINALS, "xlnet"))
     import prepro_utils  # noqa: E402  (the original's, read-only)

@@ -129,6 +129,7 @@ def content_only_model(config):
     stream over the sequence (no query stream, no memories, no permutation mask; bi_data and attention
     dropout off in its config), the LM head tied to the word embedding at the predicted positions."""
     import tensorflow as tf
+
     from textrain.models.base import StepOutput, Term
     from textrain.models.layers.fused import sparse_softmax_cross_entropy
     from textrain.models.xlnet import XLNetPretrainer
@@ -189,6 +190,7 @@ def peer_child(args, bf16: bool) -> dict:
     import keras
     import keras_hub
     import tensorflow as tf
+
     from benchmarks import peers, step_bench
 
     keras.mixed_precision.set_global_policy("mixed_bfloat16" if bf16 else "float32")

@@ -84,6 +84,7 @@ def mean_embedding(model, data: dict) -> np.ndarray:
 
 def probe(work: str, vocab_size: int, splits: dict) -> None:
     import tensorflow as tf
+
     from textrain.models.bert import BertConfig, BertPretrainer
     print("| encoder | dev accuracy of a logistic regression on mean input embeddings |\n|---|---|")
     for name, seed in (("pretrained", 1), ("random, seed 1", 1), ("random, seed 2", 2), ("random, seed 3", 3)):

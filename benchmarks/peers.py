@@ -20,8 +20,8 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks import step_bench  # noqa: E402
-from benchmarks.step_bench import mean  # noqa: E402
 from benchmarks.bench_bert_step import PEER_INSTALL, PEER_PYTHON, peer_available  # noqa: E402
+from benchmarks.step_bench import mean  # noqa: E402
 
 __all__ = ["PEER_INSTALL", "PEER_PYTHON", "choose_sides", "row", "GOAL",
            "keras_optimizer", "HEADER"]

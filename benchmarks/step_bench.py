@@ -67,6 +67,7 @@ def matmul_peak() -> dict:
     threads and memory do not disturb it): {"fp32", "bf16" (per wall-second), "fp32_cpu", "bf16_cpu" (per
     CPU-second), "gpu": device name or ""}."""
     import sys
+
     from benchmarks import same_run
     out = same_run.run_measured([sys.executable, os.path.abspath(__file__), "--matmul"],
                                 env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))["output"]
@@ -110,9 +111,9 @@ def make_trainer(model_fn: Callable, batch: dict, *, precision: str = "fp32", ji
     if REPO not in sys.path:
         sys.path.insert(0, REPO)
     from textrain.trainers.core import Trainer
+    from textrain.trainers.optimization import create_optimizer
     from textrain.trainers.strategy import make_strategy
     from textrain.trainers.train_config import TrainConfig
-    from textrain.trainers.optimization import create_optimizer
 
     model_dir = model_dir or tempfile.mkdtemp(prefix="step_bench_")
     config = TrainConfig(model_dir=model_dir, num_train_steps=num_train_steps, iterations_per_loop=1,

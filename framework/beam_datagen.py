@@ -48,13 +48,24 @@ from typing import Iterator, Sequence
 import apache_beam as beam
 from absl import logging
 from apache_beam.options.pipeline_options import PipelineOptions
-
 from apache_beam.runners.runner import PipelineState
 
 from textrain.framework import corpus_formats, shuffle
-from textrain.framework.generator import (GenerationPlan, ProblemRecipe, Rendered, ShardJob, Shuffled, corpus_units,
-                                           generation_lock, plan_generation, plan_shuffle, remove_rendered,
-                                           rendered_dir, run_shard_job, write_manifests)
+from textrain.framework.generator import (
+    GenerationPlan,
+    ProblemRecipe,
+    Rendered,
+    ShardJob,
+    Shuffled,
+    corpus_units,
+    generation_lock,
+    plan_generation,
+    plan_shuffle,
+    remove_rendered,
+    rendered_dir,
+    run_shard_job,
+    write_manifests,
+)
 from textrain.framework.problem import Problem
 
 

@@ -15,9 +15,8 @@ import time
 
 from absl import app, flags
 
-from textrain.framework import cli, errors, fileio, flag_aliases
+from textrain.framework import cli, errors, fileio, flag_aliases, registry
 from textrain.framework import flags as problem_flags
-from textrain.framework import registry
 
 FLAGS = flags.FLAGS
 

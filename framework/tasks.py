@@ -30,10 +30,10 @@ from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
-from textrain.framework import encoders, fileio, manifests, metrics as metric_fns
+from textrain.framework import encoders, fileio, manifests
+from textrain.framework import metrics as metric_fns
 from textrain.framework.errors import UserError
 from textrain.framework.lazy_tf import tf
-
 from textrain.framework.problem import DataParams, ModeKeys, Problem
 
 log = logging.getLogger("textrain.tasks")

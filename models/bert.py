@@ -30,18 +30,16 @@ from typing import Any
 
 import tensorflow as tf
 
-from textrain.models.layers.dense import Dense
-from textrain.models.layers.fused import LayerNormalization, sparse_softmax_cross_entropy
-
 from textrain.framework.registry import register_model
-from textrain.models.base import StepOutput, Term, TrainableModel
 from textrain.models import hf_format
+from textrain.models.base import StepOutput, Term, TrainableModel
 from textrain.models.checkpoints import load_tf1_checkpoint
-from textrain.models.task_heads import ClassifierModel, num_labels_from_manifest, task_type_from_manifest
 from textrain.models.layers.activations import get_activation
+from textrain.models.layers.dense import Dense
 from textrain.models.layers.embeddings import LAYER_NORM_EPS, TransformerEmbeddings, truncated_normal
-from textrain.models.layers.transformer import (TransformerEncoder, dense_variable_map,
-                                       layer_norm_variable_map)
+from textrain.models.layers.fused import LayerNormalization, sparse_softmax_cross_entropy
+from textrain.models.layers.transformer import TransformerEncoder, dense_variable_map, layer_norm_variable_map
+from textrain.models.task_heads import ClassifierModel, num_labels_from_manifest, task_type_from_manifest
 
 logger = logging.getLogger(__name__)
 

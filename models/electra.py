@@ -47,18 +47,17 @@ from typing import Any, Iterable, NamedTuple
 
 import tensorflow as tf
 
-from textrain.models.layers.dense import Dense
-
 from textrain.framework.registry import register_model
+from textrain.models import hf_format
 from textrain.models.base import StepOutput, Term, TrainableModel, model_setting
 from textrain.models.bert import BertConfig, MaskedLMHead, check_data_fits, encoder_from_config
-from textrain.models import hf_format
 from textrain.models.checkpoints import load_tf1_checkpoint
-from textrain.models.task_heads import ClassifierModel, num_labels_from_manifest, task_type_from_manifest
 from textrain.models.layers.activations import get_activation
+from textrain.models.layers.dense import Dense
 from textrain.models.layers.embeddings import TransformerEmbeddings, truncated_normal
 from textrain.models.layers.fused import sparse_softmax_cross_entropy
 from textrain.models.layers.transformer import dense_variable_map, layer_norm_variable_map
+from textrain.models.task_heads import ClassifierModel, num_labels_from_manifest, task_type_from_manifest
 
 logger = logging.getLogger(__name__)
 

@@ -37,8 +37,8 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from textrain.framework.registry import register_model
 from textrain.framework.encoders import XLNET_SPECIAL_IDS
+from textrain.framework.registry import register_model
 from textrain.models import bert as bert_lib
 from textrain.models import electra as electra_lib
 from textrain.models import xlnet as xlnet_lib
@@ -46,10 +46,10 @@ from textrain.models.base import StepOutput, Term
 from textrain.models.bert import BertConfig, BertModel, TransposedDense, encoder_from_config, resolve_config
 from textrain.models.checkpoints import backing_variable
 from textrain.models.electra import ElectraConfig
-from textrain.models.task_heads import EncoderFinetuneModel
 from textrain.models.layers.activations import get_activation
 from textrain.models.layers.dense import Dense
 from textrain.models.layers.transformer import dense_variable_map, layer_norm_variable_map
+from textrain.models.task_heads import EncoderFinetuneModel
 from textrain.models.xlnet import XLNetConfig, XLNetEncoder
 
 NEG_INF = -1e30

@@ -34,7 +34,6 @@ from textrain.models.base import FinetuneModel, StepOutput, Term
 from textrain.models.checkpoints import load_tf1_checkpoint
 
 
-
 def check_task(task_type: str, num_labels: int) -> None:
     """Refuse an unknown task type or a label count it cannot have."""
     if task_type not in TASK_TYPES:

@@ -39,13 +39,18 @@ import tensorflow as tf
 from absl import logging
 
 from textrain.framework.registry import register_model
-from textrain.models.base import StepOutput, Term, TrainableModel, model_setting
 from textrain.models import hf_format
+from textrain.models.base import StepOutput, Term, TrainableModel, model_setting
 from textrain.models.checkpoints import backing_variable
-from textrain.models.task_heads import ClassifierModel, num_labels_from_manifest, task_type_from_manifest
 from textrain.models.layers.fused import sparse_softmax_cross_entropy
-from textrain.models.layers.relative_attention import (PositionwiseFFN, RelativeAttention, dropout, fold_seed,
-                                              relative_positional_encoding)
+from textrain.models.layers.relative_attention import (
+    PositionwiseFFN,
+    RelativeAttention,
+    dropout,
+    fold_seed,
+    relative_positional_encoding,
+)
+from textrain.models.task_heads import ClassifierModel, num_labels_from_manifest, task_type_from_manifest
 
 MODEL_KEYS = ("n_layer", "d_model", "n_head", "d_head", "d_inner", "ff_activation", "untie_r", "n_token")
 # Run settings a fine-tuning model leaves at "no memory" (one segment per example).

@@ -84,9 +84,9 @@ from absl import logging
 
 from textrain.framework import corpus, corpus_formats, records, word_segmenters
 from textrain.framework.generator import shard_np_rng, shard_rng
-from textrain.framework.settings import help_text
 from textrain.framework.lazy_tf import tf
 from textrain.framework.registry import register_problem
+from textrain.framework.settings import help_text
 from textrain.framework.text_problems import WordpieceCorpusProblem
 from textrain.framework.truncation import truncate_seq_pair
 

@@ -38,13 +38,12 @@ import numpy as np
 
 from textrain.framework import corpus_formats, fileio
 from textrain.framework.errors import UserError
-from textrain.framework.settings import help_text
 from textrain.framework.lazy_tf import tf
 from textrain.framework.problem import DatasetSplit
+from textrain.framework.settings import help_text
 from textrain.framework.tasks import TASK_TYPES, FinetuneTask, tokenizer_file
 from textrain.problems.layouts import bert_layout, xlnet_layout
 from textrain.problems.tsv_reader import Columns, Row, read_tsv_rows
-
 
 
 def setting(default, text: str):

@@ -52,10 +52,10 @@ from absl import logging
 
 from textrain.framework import corpus, corpus_formats, records, word_segmenters
 from textrain.framework.generator import shard_rng
-from textrain.framework.settings import help_text
 from textrain.framework.lazy_tf import tf
 from textrain.framework.problem import DatasetSplit, ModeKeys
 from textrain.framework.registry import register_problem
+from textrain.framework.settings import help_text
 from textrain.framework.text_problems import WordpieceCorpusProblem
 
 # Probabilities and constants of the original builder (build_pretraining_dataset.py).

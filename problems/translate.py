@@ -18,9 +18,9 @@ import os
 from typing import Iterator
 
 from textrain.framework import corpus, corpus_formats, fileio
-from textrain.framework.settings import help_text
 from textrain.framework.problem import DatasetSplit
 from textrain.framework.registry import register_problem
+from textrain.framework.settings import help_text
 from textrain.framework.text_problems import Text2TextProblem
 
 

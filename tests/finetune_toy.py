@@ -14,8 +14,8 @@ from typing import Iterator
 import numpy as np
 import tensorflow as tf
 
-from textrain.framework.tasks import FinetuneTask
 from textrain.framework.registry import register_problem
+from textrain.framework.tasks import FinetuneTask
 
 POS = ["good", "great", "fine", "nice", "happy", "bright"]
 NEG = ["bad", "awful", "poor", "sad", "dark", "grim"]

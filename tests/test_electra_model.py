@@ -360,8 +360,8 @@ def test_tiny_electra_learns_on_emma(tmp_path):
     a tiny model then needs a few hundred steps, not thousands, to flag replaced tokens with probability > 0.5.
     At temperature 1 the same run stays at the baseline for 1000 steps (its disc loss falls below the label
     entropy only slowly), which is the expected early phase, but too long for a test."""
-    from textrain.problems.electra_pretrain import ElectraPretrain, ElectraPretrainHParams
     from textrain.framework.problem import DataParams
+    from textrain.problems.electra_pretrain import ElectraPretrain, ElectraPretrainHParams
     emma = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "austen_emma.txt")
     problem = ElectraPretrain(ElectraPretrainHParams(input_file=emma, vocab_size=1000, max_seq_length=64))
     manifest = problem.generate_data(str(tmp_path), str(tmp_path / "tmp"), seed=0)["train"]

@@ -14,9 +14,9 @@ from textrain.models.checkpoints import CheckpointMismatchError, write_tf1_check
 from textrain.models.electra import ElectraClassifier, ElectraConfig, ElectraPretrainer
 from textrain.models.task_heads import task_terms
 from textrain.models.xlnet import XLNetClassifier, XLNetConfig, XLNetEncoder, XLNetPretrainer
-from textrain.trainers.strategy import make_strategy
 from textrain.trainers.evaluation import evaluate
 from textrain.trainers.optimization import create_optimizer, model_depth_fn
+from textrain.trainers.strategy import make_strategy
 
 VOCAB = 40
 L = 8

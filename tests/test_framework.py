@@ -13,8 +13,8 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
-
 import toy_problems  # noqa: F401  (registers toy_lines)
+
 from textrain.framework import corpus, pipeline, records, registry, shards, tf_errors
 from textrain.framework.errors import RecordError, SettingsMismatchError
 from textrain.framework.problem import DataParams, ModeKeys

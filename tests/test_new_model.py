@@ -11,7 +11,6 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
-
 from test_finetune_cli import emma_speech_rows
 
 HERE = os.path.dirname(os.path.abspath(__file__))

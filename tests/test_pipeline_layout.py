@@ -10,10 +10,10 @@ import re
 import numpy as np
 import pytest
 import tensorflow as tf
+from test_trainer_core import make_trainer, one_device, two_replicas, write_records
 
 from textrain.trainers.strategy import PipelineLayout, input_context
 from textrain.trainers.train_config import TrainerSetupError
-from test_trainer_core import make_trainer, one_device, two_replicas, write_records
 
 # (hosts or workers, replicas per host): TPU v3-8, a v3-32 slice, a v3-256 pod; MWMS 2 workers x 2 devices.
 TOPOLOGIES = [(1, 8), (4, 8), (32, 8), (2, 2)]

@@ -4,10 +4,10 @@ import json
 import numpy as np
 import pytest
 
+from tests import qa_fixtures
 from textrain.framework import encoders
 from textrain.framework.problem import DataParams, ModeKeys
 from textrain.problems import race
-from tests import qa_fixtures
 
 
 @pytest.fixture(scope="module")

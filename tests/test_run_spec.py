@@ -10,7 +10,6 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
-
 from test_finetune_cli import emma_speech_rows
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -46,9 +45,9 @@ def _same_weights(a: str, b: str) -> None:
 def test_pretraining_spec_equals_the_train_gpu_cli(tmp_path):
     """The usr_dir toy problem and model: CLI and RunSpec train 6 steps to the same loss and weights."""
     from textrain.framework import registry
-    from textrain.trainers.train_config import TrainConfig
     from textrain.trainers.run import run
     from textrain.trainers.run_spec import ModelSpec, OptimizerSpec, ProblemSpec, RunSpec
+    from textrain.trainers.train_config import TrainConfig
 
     data = tmp_path / "data"
     gen = subprocess.run([sys.executable, "-m", "textrain.framework.datagen", f"--usr_dir={USR_TOY}",
@@ -99,9 +98,9 @@ def tsv_task(tmp_path_factory):
 def test_finetune_spec_equals_the_finetune_cli(tmp_path, tsv_task):
     """A tiny BERT classifier: textrain-finetune (gin) and a RunSpec reach the same loss, eval and weights."""
     from textrain.framework import registry
-    from textrain.trainers.train_config import TrainConfig
     from textrain.trainers.run import run
     from textrain.trainers.run_spec import EvalSpec, InputSpec, ModelSpec, OptimizerSpec, ProblemSpec, RunSpec
+    from textrain.trainers.train_config import TrainConfig
 
     _, files, vocab = tsv_task
     data, overrides = tmp_path / "data", {"hidden_size": 32, "num_attention_heads": 2, "intermediate_size": 64}

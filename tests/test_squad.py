@@ -8,11 +8,11 @@ import sys
 import numpy as np
 import pytest
 
+from tests import qa_fixtures
 from textrain.framework import encoders
 from textrain.framework.problem import DataParams, DatasetSplit, ModeKeys
 from textrain.problems import qa_postprocess as qp
 from textrain.problems import squad
-from tests import qa_fixtures
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 import os
 
 import pytest
+from toy_problems import ByteEncoder
 
 from textrain.framework.problem import DataParams, ModeKeys
 from textrain.framework.text_problems import Text2ClassProblem, Text2SelfProblem
-from toy_problems import ByteEncoder
 
 EMMA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "austen_emma.txt")
 

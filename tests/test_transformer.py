@@ -10,8 +10,13 @@ import tensorflow as tf
 
 from textrain.framework import bleu, pipeline
 from textrain.models import beam_search
-from textrain.models.transformer import (Transformer, parse_hparams, smoothed_cross_entropy, timing_signal,
-                                vocab_from_manifest)
+from textrain.models.transformer import (
+    Transformer,
+    parse_hparams,
+    smoothed_cross_entropy,
+    timing_signal,
+    vocab_from_manifest,
+)
 from textrain.trainers.optimization import RsqrtDecaySchedule, create_optimizer
 
 TINY = "hidden_size=32,filter_size=64,num_heads=4,num_hidden_layers=2"

@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
+import textrain.problems as problems  # noqa: F401
 from textrain.framework import corpus, encoders, registry
 from textrain.framework.problem import DataParams, ModeKeys
-import textrain.problems as problems  # noqa: F401
 from textrain.problems.translate import TranslateEnzhSub8k, parallel_pairs
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -257,6 +257,7 @@ def test_documents_from_ids_equals_the_per_line_loop():
 def test_file_lines_are_those_of_iter_lines(tmp_path, suffix, monkeypatch):
     """Block reading gives corpus.iter_lines's lines: carriage returns, no final newline, bad bytes."""
     import gzip
+
     from textrain.framework import corpus
     monkeypatch.setattr(corpus, "BLOCK_BYTES", 64)  # many blocks, lines across block ends
     raw = ("one\r\ntwo\r\r\n\r\n  \nin\rside\n" + "long line " * 30 + "\n\n").encode() + b"bad \xff byte\nlast"

@@ -161,10 +161,10 @@ def main(argv: list[str]) -> None:
     if missing:
         raise app.UsageError(f"missing required flag(s): {', '.join(missing)}")
     from textrain.framework import bleu, errors, registry
-    from textrain.trainers.trainer_flags import model_settings_from_flags
     from textrain.models.base import Seq2SeqModel
     from textrain.trainers.launch import problem_hparams_for_training
     from textrain.trainers.run import build_model
+    from textrain.trainers.trainer_flags import model_settings_from_flags
 
     problem_cls = registry.problems.get(FLAGS.problem)
     try:

@@ -134,12 +134,21 @@ def finetune(
     layerwise_lr_decay: ELECTRA's layer-wise LR decay (0.8 in its configs; 1 = off).
     """
     from textrain.framework import errors, registry
-    from textrain.trainers.train_config import TrainConfig
     from textrain.models import hf_format
     from textrain.trainers.run import run
+    from textrain.trainers.run_spec import (
+        EvalSpec,
+        ExportSpec,
+        InputSpec,
+        ModelSpec,
+        OptimizerSpec,
+        PredictSpec,
+        ProblemSpec,
+        RunSpec,
+        StrategySpec,
+    )
     from textrain.trainers.strategy import strategy_from_spec
-    from textrain.trainers.run_spec import (EvalSpec, ExportSpec, InputSpec, ModelSpec, OptimizerSpec, PredictSpec,
-                                            ProblemSpec, RunSpec, StrategySpec)
+    from textrain.trainers.train_config import TrainConfig
 
     _check_choice("precision", precision, ("fp32", "bf16", "fp16"))
     _check_choice("optimizer", optimizer, ("adamw", "adam", "lamb"))
@@ -263,7 +272,6 @@ def build_task_problem(task: str, hparams: dict, shared: dict | None = None):
     settings have that name and the value is not None; `hparams` (finetune.problem_hparams) win."""
     from textrain.framework import registry
     from textrain.framework.errors import UserError
-
     from textrain.framework.tasks import FinetuneTask
 
     try:
@@ -289,8 +297,7 @@ def build_task_problem(task: str, hparams: dict, shared: dict | None = None):
 def ensure_records(problem, data_dir: str, tmp_dir: str, datagen: bool, seed: int | None) -> dict:
     """The train manifest; when the records are absent and `datagen`, make them first with the problem's
     own generate_data (what textrain-datagen --problem=<task> runs)."""
-    from textrain.framework.errors import UserError
-    from textrain.framework.errors import SettingsMismatchError
+    from textrain.framework.errors import SettingsMismatchError, UserError
 
     try:
         return problem.read_manifest(data_dir, "train")

@@ -133,9 +133,9 @@ def run_spec_from_flags(strategy_spec, strategy, config_overrides: dict | None =
     """The RunSpec of the command line (the train manifest read and checked first); `strategy_spec` is the
     trainer CLI's choice (its StrategySpec), `strategy` the strategy built from it."""
     from textrain.framework import errors, registry
+    from textrain.trainers.run_spec import EvalSpec, InputSpec, ModelSpec, ProblemSpec, RunSpec
     from textrain.trainers.strategy import PipelineLayout, input_context
     from textrain.trainers.trainer_flags import model_settings_from_flags
-    from textrain.trainers.run_spec import EvalSpec, InputSpec, ModelSpec, ProblemSpec, RunSpec
 
     problem_cls = registry.problems.get(FLAGS.problem)
     manifest = problem_cls().read_manifest(FLAGS.data_dir, "train")

@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import dataclasses
+
 from textrain.framework.errors import UserError
+
 
 class TrainerSetupError(UserError, ValueError):
     """A trainer flag the run cannot honour (one line from any CLI; still a ValueError)."""

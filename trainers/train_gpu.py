@@ -51,8 +51,8 @@ def main(argv: list[str]) -> None:
     if missing:
         raise app.UsageError(f"missing required flag(s): {', '.join(missing)}")
     from textrain.framework.errors import UserError
-    from textrain.trainers.strategy import strategy_from_spec
     from textrain.trainers.run_spec import StrategySpec
+    from textrain.trainers.strategy import strategy_from_spec
 
     # The TPU path has checks of its own (gs:// paths, static shapes, per-host input): one way to reach it.
     if FLAGS.use_tpu or FLAGS.strategy == "tpu":

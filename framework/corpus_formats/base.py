@@ -14,6 +14,7 @@ import zlib
 from typing import Any, Callable, Iterator
 
 from absl import logging
+
 from textrain.framework import fileio, sentence_splitters
 from textrain.framework.errors import UserError
 from textrain.framework.settings import help_text

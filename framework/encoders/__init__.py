@@ -12,14 +12,36 @@ vocabulary's sha256 in their manifests. One module per job:
 This package exports the public names; import a submodule for anything else.
 """
 from textrain.framework.encoders.base import Encoder, EncoderError, sha256_of_file
-from textrain.framework.encoders.reference import (BERT_SPECIAL_TOKENS, MAX_INPUT_CHARS_PER_WORD,
-                                                   ReferenceWordpieceTokenizer, bert_basic_tokenize,
-                                                   bert_clean_text, is_cjk, load_wordpiece_vocab, wordpiece_split)
-from textrain.framework.encoders.sentencepiece import (SPIECE_UNDERLINE, XLNET_CONTROL_SYMBOLS, XLNET_SPECIAL_IDS,
-                                                       XLNET_USER_DEFINED_SYMBOLS, SentencePieceEncoder,
-                                                       train_sentencepiece, xlnet_preprocess_text)
-from textrain.framework.encoders.subword import (EOS, EOS_ID, PAD, PAD_ID, RESERVED_TOKENS, SubwordTextEncoder,
-                                                 count_tokens, t2t_detokenize, t2t_tokenize)
+from textrain.framework.encoders.reference import (
+    BERT_SPECIAL_TOKENS,
+    MAX_INPUT_CHARS_PER_WORD,
+    ReferenceWordpieceTokenizer,
+    bert_basic_tokenize,
+    bert_clean_text,
+    is_cjk,
+    load_wordpiece_vocab,
+    wordpiece_split,
+)
+from textrain.framework.encoders.sentencepiece import (
+    SPIECE_UNDERLINE,
+    XLNET_CONTROL_SYMBOLS,
+    XLNET_SPECIAL_IDS,
+    XLNET_USER_DEFINED_SYMBOLS,
+    SentencePieceEncoder,
+    train_sentencepiece,
+    xlnet_preprocess_text,
+)
+from textrain.framework.encoders.subword import (
+    EOS,
+    EOS_ID,
+    PAD,
+    PAD_ID,
+    RESERVED_TOKENS,
+    SubwordTextEncoder,
+    count_tokens,
+    t2t_detokenize,
+    t2t_tokenize,
+)
 from textrain.framework.encoders.wordpiece import WordpieceEncoder, bert_words_fast
 from textrain.framework.encoders.wordpiece_vocab import build_wordpiece_vocab, learn_wordpiece
 

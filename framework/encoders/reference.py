@@ -17,7 +17,6 @@ from typing import Mapping
 
 from textrain.framework.encoders.base import EncoderError, decode_utf8, read_bytes
 
-
 BERT_SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 MAX_INPUT_CHARS_PER_WORD = 200  # google-research/bert's WordpieceTokenizer default
 

@@ -25,7 +25,6 @@ from absl import logging
 
 from textrain.framework.encoders.base import EncoderError, atomic_write, iter_text_lines, read_bytes, sha256_of_file
 
-
 SPIECE_UNDERLINE = "\u2581"
 XLNET_SPECIAL_IDS = {"<unk>": 0, "<s>": 1, "</s>": 2, "<cls>": 3, "<sep>": 4, "<pad>": 5,
                      "<mask>": 6, "<eod>": 7, "<eop>": 8}
@@ -226,6 +225,7 @@ def train_sentencepiece(inputs: str | Sequence[str] | Iterable[str], model_prefi
     corpora, seed_sentencepiece_size). Returns the path of the .model file.
     """
     import io
+
     import sentencepiece as spm
     model = io.BytesIO()
     options = dict(

@@ -36,9 +36,14 @@ from typing import Callable, Iterable, Iterator, Sequence
 import numpy as np
 
 from textrain.framework.encoders.base import sha256_of_file
-from textrain.framework.encoders.reference import (BERT_SPECIAL_TOKENS, MAX_INPUT_CHARS_PER_WORD,
-                                                   ReferenceWordpieceTokenizer, bert_basic_tokenize, is_cjk,
-                                                   load_wordpiece_vocab)
+from textrain.framework.encoders.reference import (
+    BERT_SPECIAL_TOKENS,
+    MAX_INPUT_CHARS_PER_WORD,
+    ReferenceWordpieceTokenizer,
+    bert_basic_tokenize,
+    is_cjk,
+    load_wordpiece_vocab,
+)
 
 
 def hf_bert_pipeline(tokenizer, do_lower_case: bool) -> None:

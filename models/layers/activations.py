@@ -22,7 +22,6 @@ import tensorflow as tf
 
 from textrain.models.layers import fused
 
-
 _GELU_C = math.sqrt(2.0 / math.pi)
 _GELU_A = 0.044715
 

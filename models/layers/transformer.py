@@ -18,13 +18,11 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from textrain.models.layers.fused import Dropout, LayerNormalization
-
-from textrain.models.layers.dense import Dense
-
 from textrain.models.layers.activations import get_activation
 from textrain.models.layers.attention import MultiHeadAttention
+from textrain.models.layers.dense import Dense
 from textrain.models.layers.embeddings import LAYER_NORM_EPS, TransformerEmbeddings, truncated_normal
+from textrain.models.layers.fused import Dropout, LayerNormalization
 
 
 def dense_variable_map(scope: str, layer: tf.keras.layers.Dense) -> dict[str, tf.Variable]:

@@ -8,9 +8,9 @@ run resumes on another topology) and each hash identifies one example of the rep
 import os
 
 import tensorflow as tf
+from usr_toy import UsrToyModel  # noqa: F401  (also registers usr_toy_problem)
 
 from textrain.framework.registry import register_model
-from usr_toy import UsrToyModel  # noqa: F401  (also registers usr_toy_problem)
 
 
 @register_model
