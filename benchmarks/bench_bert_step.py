@@ -280,7 +280,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def goal(config: str) -> str:
-    """Issue #25's goal for this BERT step's config."""
+    """The goal for this BERT step's config (benchmarks/README.md)."""
     return "<= 0.75x time at >= 80 % of the bf16 peak" if config.startswith("bf16") else ">= 85 % of the peak"
 
 

@@ -1,4 +1,4 @@
-"""Reading a corpus in each format (issue 23): MB/s per core against plain text, and peak RSS as the
+"""Reading a corpus in each format: MB/s per core against plain text, and peak RSS as the
 corpus grows 4x.
 
 The same documents (English prose from ../shared/corpora/en, or tests/data when absent) are written in

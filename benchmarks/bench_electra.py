@@ -4,7 +4,7 @@
     python benchmarks/bench_electra.py --part=datagen --mb=4 --small_mb=0 --original=skip   # quick, ours only
     python benchmarks/bench_electra.py --part=step --modes=fp32,bf16,fp32_xla,bf16_xla --batch_size=16 --steps=3
 
-Datagen, same run (issue #12): a plain corpus of at least `--mb` MB (20) and one of `--small_mb` MB (5) are built
+Datagen, same run: a plain corpus of at least `--mb` MB (20) and one of `--small_mb` MB (5) are built
 from ../shared/corpora/en by `same_run.plain_corpus` (whole documents, one sentence per line, blank lines between
 documents). google-research/electra's `build_pretraining_dataset.py` runs unchanged (../shared/originals, through
 `same_run.original_cmd`: 1 process, --max-seq-length=128, --do-lower-case, blank lines separate documents) and ours
@@ -22,7 +22,7 @@ RSS on the small vs the big corpus (memory must not grow with the corpus; `--rss
 whether its shards are byte-identical to today's.
 Figures: benchmarks/README.md.
 
-Step (issue #25): ELECTRA-small (hidden 256, 12 layers, embedding 128, generator 64 wide) at L128 on one batch of the
+Step: ELECTRA-small (hidden 256, 12 layers, embedding 128, generator 64 wide) at L128 on one batch of the
 records made above (random ids in Google's vocab layout without a corpus), written once to an .npz that both sides
 read. Ours: as `trainers.core.Trainer` runs it (forward + backward + global-norm clipping + AdamW 5e-4,
 benchmarks/step_bench.py). Peer (`--sides`, default both; keras-hub 0.32.0 in .venv-bench, else "peer not

@@ -20,7 +20,7 @@ interrupted pretraining resumes from its last checkpoint):
 4. pretraining, BERT and ELECTRA side by side (--jobs): BERT tiny (2 layers, hidden 128, MLM + NSP) and
    ELECTRA with a 2 x 128 discriminator, for --pretrain_steps steps each, batch 64, Adam (bias-corrected),
    peak learning rate --pretrain_lr after 10 % linear warmup, linear decay to 0: a tiny model in a CPU
-   budget needs a high rate and many steps (docs/HISTORY.md, issue #8). ELECTRA's generator is --generator_size of the discriminator's width (the paper finds
+   budget needs a high rate and many steps (docs/HISTORY.md). ELECTRA's generator is --generator_size of the discriminator's width (the paper finds
    1/4 to 1/2 best; 1/4 of 128 is a 32-wide generator that stays at unigram level) and its samples are
    drawn at --temperature (the original's `temperature` setting, default 1.0): a unigram-level generator
    sampled at 1.0 replaces tokens mostly by frequent function words the tiny discriminator cannot spot;

@@ -1,4 +1,4 @@
-"""Sentence splitters for corpora whose records hold documents (issue 23): accuracy, speed, datagen cost.
+"""Sentence splitters for corpora whose records hold documents: accuracy, speed, datagen cost.
 
 Accuracy: boundary F1 on text whose sentences are known. The bundled corpora (../shared/corpora/en, zh
 and tests/data) are one sentence per line; runs of consecutive lines that end a sentence (. ! ? 。 ！ ？,

@@ -1,4 +1,4 @@
-"""WordPiece vocab learning on a corpus holding one very long space-less line (issue #14): linear.
+"""WordPiece vocab learning on a corpus holding one very long space-less line: linear.
 
     python benchmarks/bench_vocab_long_word.py [--sizes 20000,1000000,10000000] [--bound_per_mb 5]
 

@@ -1,4 +1,4 @@
-"""XLNet pretraining training step on this machine, ours beside keras-hub's (issue #25): s/step, CPU-s/step,
+"""XLNet pretraining training step on this machine, ours beside keras-hub's: s/step, CPU-s/step,
 examples/s, peak RSS, the share of the measured matmul peak, ratios ours/peer; with and without per-layer
 recompute (gradient checkpointing, ours only) and bf16.
 

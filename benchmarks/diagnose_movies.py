@@ -1,5 +1,5 @@
 """Why a pretrained start fine-tunes worse on the movie task: two checks on a `bench_finetune_movies.py`
-work folder (issue #8; the readings are in benchmarks/README.md).
+work folder (the readings are in benchmarks/README.md).
 
     python3 benchmarks/diagnose_movies.py --work /tmp/t11/tapt [--runs electra_pretrained_lr0.0003_seed1,...]
 

@@ -47,7 +47,7 @@ def row(config: str, label: str, r: dict, batch: int, flops: float, peak: dict, 
             f"{r['warmup_wall_s']:9.1f} {r['peak_rss_mib']:12,.0f} {r['load_avg_1m']:5.1f} {r['loss']:8.3f}")
 
 
-GOAL = "<= 0.85x time, <= 1x RSS"  # issue #25 part 2, for step_bench.ratio_line
+GOAL = "<= 0.85x time, <= 1x RSS"  # the step goal beside keras-hub, for step_bench.ratio_line
 
 
 def keras_optimizer(learning_rate: float, num_warmup_steps: int = 10_000, num_train_steps: int = 1_000_000,

@@ -1,7 +1,7 @@
 """What every side-by-side benchmark shares: run a command as a fresh process and measure it, run an
 original's script unchanged, and build a plain-text corpus of a given size from ../shared/corpora/en.
 
-A ratio counts only when both sides ran in the same benchmark run on the same machine (issue #12), so
+A ratio counts only when both sides ran in the same benchmark run on the same machine, so
 both sides go through `run_measured`: a fresh process each (both include their imports),
 CPU seconds of the whole process tree (reaped descendants included; the per-core measure, less distorted
 than wall time on a shared machine) and peak RSS of the tree, sampled every 20 ms from /proc.

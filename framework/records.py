@@ -79,7 +79,7 @@ def _varints(values: np.ndarray) -> tuple[bytes, np.ndarray]:
     """Varint bytes of int64 `values` (negatives as 10-byte two's complement, as protobuf writes them) and
     each one's length in bytes (int64).
 
-    Decisions (issue #12: this was the largest cost of pretraining datagen): the width of the widest value
+    Decisions (this was once the largest cost of pretraining datagen): the width of the widest value
     bounds the work, so 0/1 masks take one cast and WordPiece ids (< 2^21) three byte positions; values
     below 2^32 are shifted as uint32 (half the memory traffic of uint64). Each value's length is 1 plus
     the thresholds 2^7, 2^14, ... it reaches; the output is one uint8 array written per byte position k

@@ -1,6 +1,6 @@
-"""Lines of the library's largest modules and functions at a git revision (issue 21's before/after figures).
+"""Lines of the library's largest modules and functions at a git revision (before/after figures of a refactor).
 
-    python3 scripts/module_sizes.py REV      # e.g. 10d19e5 (before issue 21) or HEAD
+    python3 scripts/module_sizes.py REV      # e.g. 10d19e5 or HEAD
 """
 import ast
 import subprocess

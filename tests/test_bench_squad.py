@@ -1,4 +1,4 @@
-"""The question rule and baselines of benchmarks/bench_squad.py part B (issue #9's real-text QA set):
+"""The question rule and baselines of benchmarks/bench_squad.py part B (the real-text QA set):
 hand-worked sentences, so that the documented rule is the one the figures come from."""
 import os
 import sys

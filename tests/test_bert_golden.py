@@ -1,4 +1,4 @@
-"""bert_pretrain writes the same bytes as before its speed-up (issue #12): golden sha256 of the shards.
+"""bert_pretrain writes the same bytes as before its speed-up: golden sha256 of the shards.
 
 How the hashes were made: this file was copied into an export of commit 13ae266 (`git archive 13ae266`, the
 branch point of sp-wp, before the WordPiece and datagen speed-up) and `python3 tests/test_bert_golden.py`

@@ -291,8 +291,8 @@ def test_chinese_through_bert_electra_and_xlnet_training(tmp_path):
          "--model=xlnet", f"--model_dir={run}", "--n_layer=1", "--d_model=32", "--n_head=2", "--d_head=16",
          "--d_inner=64", "--mem_len=16", "--num_gpus=2", "--train_batch_size=4", f"--num_train_steps={steps}",
          "--iterations_per_loop=10", "--log_steps=10", f"--save_checkpoints_steps={steps}",
-         # --seed: without one, saving the input iterator fails on xlnet_pretrain today (a-tpu fixes that in
-         # issue #10, "XLNet seedless"); drop it once merged.
+         # --seed: saving xlnet_pretrain's input iterator without one failed when this test was written; with
+         # one the run is reproducible either way.
          "--seed=1", *[f for f in XLNET_FLAGS if "bsz_per_host" not in f]],
         cwd=REPO, capture_output=True, text=True, timeout=300, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
     assert train.returncode == 0, train.stderr[-3000:]

@@ -1,4 +1,4 @@
-"""electra_pretrain writes the same bytes as before its speed-up (issue #12): golden sha256 of the shards.
+"""electra_pretrain writes the same bytes as before its speed-up: golden sha256 of the shards.
 
 How the hashes were made: with this file in a checkout of commit 13ae266 (the branch point of sp-el, before
 the datagen was made faster), `run_config(name, ...)` below was run for every config on the inputs of the

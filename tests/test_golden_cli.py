@@ -1,8 +1,8 @@
-"""Goldens for issue 21: the command-line surface. Each CLI's own flags (name, default, choices, as
+"""Goldens: the command-line surface. Each CLI's own flags (name, default, choices, as
 `--helpfull` shows them; absl's and TensorFlow's flags left out), the gin parameters of every textrain
 configurable (name and default). (That every shipped configs/*.gin parses is tests/test_finetune_cli.py's.)
 
-tests/golden/cli.json was written by `python3 tests/test_golden_cli.py --write` on the code before issue 21's
+tests/golden/cli.json was written by `python3 tests/test_golden_cli.py --write` on the code before the
 refactors. A flag that moves to another module stays the same flag here; one renamed, dropped or given a new
 default fails, with the difference in the message. New flags and bindings pass (a task may add them).
 """

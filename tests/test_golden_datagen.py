@@ -1,4 +1,4 @@
-"""Goldens for issue 21: the bytes every datagen path writes, through the textrain-datagen CLI.
+"""Goldens: the bytes every datagen path writes, through the textrain-datagen CLI.
 
 bert/electra/xlnet pretraining shards are pinned already (tests/test_bert_golden.py, test_electra_golden.py,
 test_xlnet_pretrain.py's GOLDEN_SHA256); this file pins the fine-tuning and translation paths: translate,
@@ -6,7 +6,7 @@ GLUE (pair, single sentence, regression), tsv_classification, SQuAD v1/v2 and RA
 SentencePiece where the problem takes both. The inputs are made here from tests/data by plain rules; the CLI
 runs them with a fixed --seed; every TFRecord file the run writes is hashed (sha256, first 16 hex digits),
 in name order. tests/golden/datagen.json was written by `python3 tests/test_golden_datagen.py --write` on the
-code before issue 21's refactors. Only record bytes are pinned: manifests (timings, paths) may change form.
+code before the refactors that gave a run one assembly (docs/HISTORY.md). Only record bytes are pinned: manifests (timings, paths) may change form.
 """
 from __future__ import annotations
 

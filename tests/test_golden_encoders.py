@@ -1,8 +1,8 @@
-"""Goldens for issue 21: the ids each encoder gives a fixed text (WordPiece both backends, cased and
+"""Goldens: the ids each encoder gives a fixed text (WordPiece both backends, cased and
 uncased; SentencePiece cased and uncased; the t2t subword encoder, its vocabulary built here from counts).
 
 tests/golden/encoders.json was written by `python3 tests/test_golden_encoders.py --write` on the code before
-issue 21's refactors: for each encoder the sha256 of its ids (JSON, one list per text) and the ids of the
+the refactors that gave a run one assembly: for each encoder the sha256 of its ids (JSON, one list per text) and the ids of the
 first text, so a failure shows the first difference. Parity with the original tokenizers is checked in
 tests/test_text_encoders.py; this pins that the refactors move the code without changing an id.
 """

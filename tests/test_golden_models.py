@@ -1,8 +1,8 @@
-"""Goldens for issue 21: one small checkpoint per model, restored and run forward on fixed inputs.
+"""Goldens: one small checkpoint per model, restored and run forward on fixed inputs.
 
 Each model's checkpoint (tests/golden/models/<model>/, `tf.train.Checkpoint(model=...)` as the trainers and
 textrain-export read it) was written once by `python3 tests/test_golden_models.py --write` on the code before
-issue 21's refactors; its forward outputs are in tests/golden/models.json. The test builds the model again,
+the refactors that gave a run one assembly; its forward outputs are in tests/golden/models.json. The test builds the model again,
 restores that checkpoint (every variable of the model must be matched: checkpoint keys are pinned) and compares
 the outputs. A change to a constructor's signature changes only `build_<model>` below; a change to a checkpoint
 key or to the math fails here.

@@ -1,4 +1,4 @@
-"""In-process checks of the fault-handling pieces (issue #14): manifests with and without sizes, per-writer
+"""In-process checks of the fault-handling pieces: manifests with and without sizes, per-writer
 temporary names and their cleanup, the directory lock, and cli.explain's one-line messages. The CLI-level
 cases are in tests/test_faults.py."""
 from __future__ import annotations

@@ -4,7 +4,7 @@ trainer CLI.
 
 Everything that draws randomness during training must come from checkpointed state: dropout's and ELECTRA's
 Keras seed generators (trainers/checkpointing.seed_states), the input iterator, XLNet's per-replica memories. With any
-of them missing the resumed run is close to, not equal to, the uninterrupted one (issue 24, finding 8).
+of them missing the resumed run is close to, not equal to, the uninterrupted one.
 """
 from __future__ import annotations
 

@@ -216,7 +216,7 @@ def test_a_run_that_fails_before_its_first_checkpoint_leaves_no_model_dir(toy_da
 
 
 def test_a_run_saved_on_two_replicas_resumes_on_one(toy_data, tmp_path):
-    """Issue 24 finding 7 through the CLI: --num_gpus=2, then the same model_dir with --num_gpus=1 (a GPU job
+    """Through the CLI: --num_gpus=2, then the same model_dir with --num_gpus=1 (a GPU job
     moved to a smaller box) resumes; the log says the input position was re-derived from the step."""
     usr, data = toy_data
     run = str(tmp_path / "run")

@@ -499,7 +499,7 @@ def test_pass_stream_orders_files_per_pass_without_merging_sentences():
 
 
 # ------------------------------------------------------------------------------------------------
-# Records identical to those of the code before the speed work (issue #12).
+# Records identical to those of the code before the speed work.
 #
 # GOLDEN_SHA256 was made at commit 13ae266 (the branch point of the speed work, before any of it) by
 # running `golden_run` below, unchanged, for each setting with one worker: the sha256 of every shard

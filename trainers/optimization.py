@@ -31,7 +31,7 @@ Decisions:
   untouched): the loop uses it for a non-finite loss or non-finite fp16 gradients.
 - Fused update: each large variable's update runs as ONE XLA-compiled function (the same formulas, one
   pass instead of ~12); TensorFlow's ApplyAdam computes 1 - beta_2 in float32, so it is not used. The
-  measurements are in docs/HISTORY.md (issue #12).
+  measurements are in docs/HISTORY.md.
 """
 from __future__ import annotations
 

@@ -14,15 +14,15 @@ Decisions:
   float rounding (tests/test_layers.py compares both).
 - bf16 (mixed precision): each fused loop reads and writes bf16 but computes in float32 and rounds once
   (`in_float32`, the LayerNorm and softmax statistics). XLA's CPU code for bf16 arithmetic converts around
-  every op: the bf16 GELU loop took 93 CPU-ms where the float32-inside one takes 36 (benchmarks/README.md,
-  issue #25). The post-LN sub-layer output LN(x + dropout(y)) and attention's softmax + dropout are one
+  every op: the bf16 GELU loop took 93 CPU-ms where the float32-inside one takes 36 (benchmarks/README.md).
+  The post-LN sub-layer output LN(x + dropout(y)) and attention's softmax + dropout are one
   compiled function each way; bf16 LayerNorm gradients take gamma/beta's column sums as oneDNN GEMVs
   (`column_sums`), and so do the Dense layers' bias gradients (models/layers/dense.py).
 - Row reductions (LayerNorm's statistics and gradient, softmax) are written as `row_sums` (a product with
   ones) and `row_max` (a halving tree): XLA's CPU backend fuses a dot with the elementwise ops feeding it,
   but writes the whole input of a reduce to memory first. Inside one compiled function nothing
   activation-sized is then written in float32 (BERT-base bf16: LayerNorm forward 3.8 -> 2.3 ms, backward
-  5.9 -> 3.7, softmax + dropout backward 5.8 -> 3.7; benchmarks/README.md, issue #25).
+  5.9 -> 3.7, softmax + dropout backward 5.8 -> 3.7; benchmarks/README.md).
 - Attention's head split and merge (`swap_middle_axes`) are XLA transposes, the query scale folded in.
 - Fused only when the tensor's shape is fully known and holds at least `FUSE_MIN_SIZE` elements: a
   training step's activations. Small or dynamically shaped tensors (unit tests, eager calls, exported
@@ -77,7 +77,7 @@ def in_float32(fn):
 # input out in full (float32 for a bf16 chain) and reads it back, often twice (a reduce-window pass, then
 # the reduce). A dot, though, takes its elementwise producer into its own loop. So inside the fused
 # functions a row sum is a matrix-vector product with ones, and a row max a halving tree of elementwise
-# maxima (one loop). Measured on this project's 2-core CPU (benchmarks/README.md, issue #25): sum(x * x)
+# maxima (one loop). Measured on this project's 2-core CPU (benchmarks/README.md): sum(x * x)
 # over [4096, 768] float32 0.53 vs 2.39 ms, a masked row max over [32, 12, 128, 128] bf16 1.2 vs 4.0 ms.
 def cpu_only() -> bool:
     """True when no GPU or TPU is visible (checked when a function is traced). Only XLA's CPU backend needs the
@@ -269,7 +269,7 @@ def swap_middle_axes(x: tf.Tensor, scale: float | None = None) -> tf.Tensor:
     """`tf.transpose(x, [0, 2, 1, 3])` (times `scale` in x's dtype, if given): attention's split and merge
     of heads. On a fusable rank-4 tensor it is one XLA loop each way, the scale folded in: XLA's CPU
     transpose is about twice as fast as TensorFlow's (0.61 vs 1.48 ms on [32, 128, 12, 64] bf16,
-    benchmarks/README.md, issue #25), and the scaling is no separate pass. Same values either way."""
+    benchmarks/README.md), and the scaling is no separate pass. Same values either way."""
     if not (fusable(x) and x.shape.rank == 4):
         return _swap_middle_axes(x, scale)
     factor = None if scale is None else tf.constant(scale, tf.float32)
