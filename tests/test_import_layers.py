@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 import sys
 
 import pytest
@@ -195,3 +196,57 @@ def test_the_problem_contract_imports_no_flags_cli_or_registry():
     above = {"textrain.framework.flags", "textrain.framework.cli", "textrain.framework.registry"}
     assert not reached & above, f"{module} imports {sorted(reached & above)}"
     assert not {base for base, _ in _imports(modules[module], module) if base.startswith("absl")}
+
+
+# ------------------------------------------------------------------------- what docs/DESIGN.md states
+DESIGN = os.path.join(ROOT, "docs", "DESIGN.md")
+
+
+def _design_section(number: int) -> str:
+    text = open(DESIGN, encoding="utf-8").read()
+    start = text.index(f"\n## {number}. ")
+    end = text.find("\n## ", start + 1)
+    return text[start:end if end >= 0 else len(text)]
+
+
+def design_ranks() -> dict[str, int]:
+    """{package: rank} from the table in DESIGN.md §2."""
+    rows = re.findall(r"^\s*\|\s*(\w+)\s*\|\s*(\d+)\s*\|\s*$", _design_section(2), flags=re.M)
+    return {package: int(rank) for package, rank in rows}
+
+
+def test_design_ranks_cover_the_library():
+    assert set(design_ranks()) == set(LIBRARY)
+
+
+def against_ranks(graph: dict[str, set[str]], ranks: dict[str, int]) -> list[str]:
+    """The imports of `graph` from a package to another of the same or a higher rank."""
+    found = []
+    for module, imported in graph.items():
+        package = module.split(".")[1]
+        for other in imported:
+            target = other.split(".")[1]
+            if target != package and ranks[target] >= ranks[package]:
+                found.append(f"{module} -> {other} ({package} {ranks[package]}, {target} {ranks[target]})")
+    return sorted(found)
+
+
+def test_imports_follow_the_ranks_design_md_states():
+    against = against_ranks(import_graph(), design_ranks())
+    assert not against, "imports against the ranks of docs/DESIGN.md §2:\n" + "\n".join(against)
+
+
+def test_the_rank_check_sees_imports_upwards_and_sideways():
+    ranks = {"trainers": 3, "models": 2, "problems": 2, "framework": 1}
+    graph = {"textrain.models.m": {"textrain.trainers.run", "textrain.framework.errors", "textrain.models.base"},
+             "textrain.problems.p": {"textrain.models.bert"}, "textrain.trainers.t": {"textrain.models.bert"}}
+    assert [line.split(" (")[0] for line in against_ranks(graph, ranks)] == [
+        "textrain.models.m -> textrain.trainers.run", "textrain.problems.p -> textrain.models.bert"]
+
+
+def test_every_module_is_named_in_design_md_layout():
+    layout = _design_section(3)
+    unnamed = [os.path.relpath(path, ROOT) for module, path in library_modules().items()
+               if not path.endswith("__init__.py")
+               and not re.search(rf"\b{re.escape(module.rsplit('.', 1)[1])}(\.py)?\b", layout)]
+    assert not unnamed, "name these modules in docs/DESIGN.md §3 (Layout): " + ", ".join(sorted(unnamed))
