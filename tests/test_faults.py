@@ -51,10 +51,13 @@ import sys
 import time
 
 import pytest
+from helpers import cli_env
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 EMMA = os.path.join(HERE, "data", "austen_emma.txt")
+
+FAULT_ENV = ("FAULT_HOLD_UNTIL", "FAULT_INF_GRAD", "FAULT_LAYERS", "FAULT_WIDTH")  # test hooks
 
 USR_INIT = '''
 import dataclasses, os, time
@@ -124,14 +127,6 @@ class FaultToyModel(TrainableModel):
 '''
 
 
-def _env(**extra) -> dict:
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=REPO)
-    for k in ("TF_CONFIG", "TEXTRAIN_VERBOSE", "FAULT_HOLD_UNTIL", "FAULT_INF_GRAD", "FAULT_LAYERS", "FAULT_WIDTH"):
-        env.pop(k, None)
-    env.update(extra)
-    return env
-
-
 def _run(args, timeout=240, **kw):
     return subprocess.run([sys.executable, "-m", *args], cwd=REPO, capture_output=True, text=True,
                           timeout=timeout, **kw)
@@ -164,7 +159,7 @@ def _datagen_args(usr, data_dir, *extra):
 
 
 def _datagen(usr, data_dir, *extra, env=None, **kw):
-    return _run(_datagen_args(usr, data_dir, *extra), env=env or _env(), **kw)
+    return _run(_datagen_args(usr, data_dir, *extra), env=env or cli_env(drop=FAULT_ENV), **kw)
 
 
 @pytest.fixture(scope="module")
@@ -263,7 +258,7 @@ def test_truncated_shards_are_named_before_training(usr, clean_data, tmp_path):
     mid, boundary = _shard(data, 0), _shard(data, 2)
     _truncate(mid, _record_boundary(mid) + 5)
     _truncate(boundary, _record_boundary(boundary))
-    proc = _run(_train_args(usr, data, str(tmp_path / "run")), env=_env())
+    proc = _run(_train_args(usr, data, str(tmp_path / "run")), env=cli_env(drop=FAULT_ENV))
     assert proc.returncode == 1
     line = _error_line(proc, "textrain-train-gpu")
     for path in (mid, boundary):
@@ -279,7 +274,7 @@ def test_corrupt_record_while_training_names_file_and_offset(usr, clean_data, tm
     with open(path, "r+b") as f:
         f.seek(offset)
         f.write(b"\x00\x01\x02\x03")
-    proc = _run(_train_args(usr, data, str(tmp_path / "run")), env=_env())
+    proc = _run(_train_args(usr, data, str(tmp_path / "run")), env=cli_env(drop=FAULT_ENV))
     assert proc.returncode == 1
     line = _error_line(proc, "textrain-train-gpu")
     assert path in line and "byte offset" in line and "--verify" in line, line
@@ -292,7 +287,7 @@ def test_corrupt_gzip_input_is_one_line(usr, tmp_path):
     bad = tmp_path / "corpus.txt.gz"
     bad.write_bytes(bytes(blob))
     proc = _run(["textrain.framework.datagen", f"--usr_dir={usr[0]}", "--problem=fault_toy",
-                 f"--data_dir={tmp_path / 'data'}", f"--input_file={bad}"], env=_env())
+                 f"--data_dir={tmp_path / 'data'}", f"--input_file={bad}"], env=cli_env(drop=FAULT_ENV))
     assert proc.returncode == 1
     line = _error_line(proc, "textrain-datagen")
     assert str(bad) in line and "corrupt or truncated" in line
@@ -304,7 +299,7 @@ def test_corrupt_gzip_input_is_one_line(usr, tmp_path):
 def test_second_concurrent_datagen_stops_at_once(usr, clean_data, tmp_path):
     data = str(tmp_path / "data")
     first = subprocess.Popen([sys.executable, "-m", *_datagen_args(usr, data)], cwd=REPO,
-                             env=_env(FAULT_HOLD_UNTIL=str(tmp_path / "go")), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             env=cli_env(drop=FAULT_ENV, FAULT_HOLD_UNTIL=str(tmp_path / "go")), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True)
     lock = os.path.join(_problem_dir(data), ".datagen.lock")
     deadline = time.time() + 60
@@ -345,7 +340,7 @@ def test_second_trainer_on_one_model_dir_is_refused(usr, clean_data, tmp_path):
         (run / ".trainer.lock").write_text(json.dumps(
             {"host": socket.gethostname(), "pid": holder.pid, "program": "textrain-train-gpu",
              "started": time.time()}))
-        proc = _run(_train_args(usr, clean_data, str(run)), env=_env())
+        proc = _run(_train_args(usr, clean_data, str(run)), env=cli_env(drop=FAULT_ENV))
         assert proc.returncode == 1
         line = _error_line(proc, "textrain-train-gpu")
         assert str(run / ".trainer.lock") in line and f"pid {holder.pid}" in line
@@ -356,7 +351,7 @@ def test_second_trainer_on_one_model_dir_is_refused(usr, clean_data, tmp_path):
 
 
 def test_a_trainer_flag_out_of_range_is_one_line(usr, clean_data, tmp_path):
-    proc = _run(_train_args(usr, clean_data, str(tmp_path / "run"), "--num_train_steps=0"), env=_env())
+    proc = _run(_train_args(usr, clean_data, str(tmp_path / "run"), "--num_train_steps=0"), env=cli_env(drop=FAULT_ENV))
     assert proc.returncode == 1
     assert "--num_train_steps must be > 0 (got 0)" in _error_line(proc, "textrain-train-gpu")
 
@@ -371,7 +366,7 @@ def test_bert_settings_are_validated_before_any_work(tmp_path, flags, named):
     corpus = tmp_path / "c.txt"
     corpus.write_text("one line.\nanother line.\n")
     proc = _run(["textrain.framework.datagen", "--problem=bert_pretrain", f"--data_dir={tmp_path / 'data'}",
-                 f"--input_file={corpus}", *flags], env=_env())
+                 f"--input_file={corpus}", *flags], env=cli_env(drop=FAULT_ENV))
     assert proc.returncode == 1
     line = _error_line(proc, "textrain-datagen")
     assert all(n in line for n in named), line
@@ -380,7 +375,7 @@ def test_bert_settings_are_validated_before_any_work(tmp_path, flags, named):
         return
     # --verbose shows the traceback instead.
     verbose = _run(["textrain.framework.datagen", "--problem=bert_pretrain", f"--data_dir={tmp_path / 'data'}",
-                    f"--input_file={corpus}", "--verbose", *flags], env=_env())
+                    f"--input_file={corpus}", "--verbose", *flags], env=cli_env(drop=FAULT_ENV))
     assert verbose.returncode != 0 and "Traceback" in verbose.stderr and "SettingsError" in verbose.stderr
 
 
@@ -390,7 +385,7 @@ def test_a_problems_own_settings_check_is_one_line(tmp_path):
     corpus = tmp_path / "c.txt"
     corpus.write_text("one line.\nanother line.\n")
     proc = _run(["textrain.framework.datagen", "--problem=xlnet_pretrain", f"--data_dir={tmp_path / 'data'}",
-                 f"--input_file={corpus}", "--bsz_per_host=6", "--num_core_per_host=2"], env=_env())
+                 f"--input_file={corpus}", "--bsz_per_host=6", "--num_core_per_host=2"], env=cli_env(drop=FAULT_ENV))
     assert proc.returncode == 1
     assert "--bsz_per_host=6 must be a multiple of 2 * --num_core_per_host=2" in _error_line(proc, "textrain-datagen")
     assert "Traceback" not in proc.stderr and not (tmp_path / "data").exists()
@@ -457,7 +452,7 @@ def test_disk_full_is_one_line_and_leaves_nothing_half_written(usr, tmp_path):
         big = tmp_path / "big.txt"
         big.write_text(open(EMMA, encoding="utf-8").read())  # ~900 KB of records: more than fits
         proc = _run(["textrain.framework.datagen", f"--usr_dir={usr[0]}", "--problem=fault_toy", f"--data_dir={data}",
-                     f"--input_file={big}", "--fault_width=64", "--num_workers=2"], env=_env(),
+                     f"--input_file={big}", "--fault_width=64", "--num_workers=2"], env=cli_env(drop=FAULT_ENV),
                     preexec_fn=None if mounted else _file_size_limit(32 << 10))
         assert proc.returncode == 1
         line = _error_line(proc, "textrain-datagen")
@@ -493,13 +488,13 @@ def test_read_only_data_dir_is_one_line(usr, tmp_path):
 @pytest.mark.slow
 def test_checkpoints_that_do_not_fit_are_refused_naming_the_variables(usr, clean_data, tmp_path):
     shallow = str(tmp_path / "shallow")
-    proc = _run(_train_args(usr, clean_data, shallow, "--num_train_steps=2"), env=_env())
+    proc = _run(_train_args(usr, clean_data, shallow, "--num_train_steps=2"), env=cli_env(drop=FAULT_ENV))
     assert proc.returncode == 0, proc.stderr[-3000:]
     ckpt = os.path.join(shallow, "ckpt-2")
 
     # A deeper model of the same width: its extra layer is missing from the checkpoint.
     deeper = _run(_train_args(usr, clean_data, str(tmp_path / "deep"), f"--init_checkpoint={ckpt}"),
-                  env=_env(FAULT_LAYERS="2"))
+                  env=cli_env(drop=FAULT_ENV, FAULT_LAYERS="2"))
     assert deeper.returncode == 1
     line = _error_line(deeper, "textrain-train-gpu")
     assert f"--init_checkpoint={ckpt} does not fit the model" in line and "missing from the checkpoint (2)" in line
@@ -509,37 +504,37 @@ def test_checkpoints_that_do_not_fit_are_refused_naming_the_variables(usr, clean
 
     # Another width: mis-shaped variables, listed.
     wider = _run(_train_args(usr, clean_data, str(tmp_path / "wide"), f"--init_checkpoint={ckpt}"),
-                 env=_env(FAULT_WIDTH="16"))
+                 env=cli_env(drop=FAULT_ENV, FAULT_WIDTH="16"))
     line = _error_line(wider, "textrain-train-gpu")
     assert wider.returncode == 1 and "shape mismatch" in line and "checkpoint [4, 8] vs model [4, 16]" in line
 
     # A path that does not exist names itself.
     missing = _run(_train_args(usr, clean_data, str(tmp_path / "m"), f"--init_checkpoint={shallow}/ckpt-99"),
-                   env=_env())
+                   env=cli_env(drop=FAULT_ENV))
     line = _error_line(missing, "textrain-train-gpu")
     assert missing.returncode == 1 and f"{shallow}/ckpt-99: no such checkpoint" in line and "ckpt-2" in line
 
     # --model_dir holding another model's checkpoint.
-    other = _run(_train_args(usr, clean_data, shallow), env=_env(FAULT_WIDTH="16"))
+    other = _run(_train_args(usr, clean_data, shallow), env=cli_env(drop=FAULT_ENV, FAULT_WIDTH="16"))
     line = _error_line(other, "textrain-train-gpu")
     assert other.returncode == 1 and f"--model_dir={shallow} holds a checkpoint of a different model" in line
 
     # The fitting checkpoint still initialises (and a stale ckpt-N_temp folder is removed at start).
     os.makedirs(os.path.join(shallow, "ckpt-3_temp", "part-00000-of-00001"))
-    fine = _run(_train_args(usr, clean_data, shallow, "--num_train_steps=4"), env=_env())
+    fine = _run(_train_args(usr, clean_data, shallow, "--num_train_steps=4"), env=cli_env(drop=FAULT_ENV))
     assert fine.returncode == 0, fine.stderr[-3000:]
     assert not glob.glob(os.path.join(shallow, "ckpt-*_temp*"))
 
 
 @pytest.mark.slow
 def test_non_finite_gradient_is_reported_truthfully(usr, clean_data, tmp_path):
-    proc = _run(_train_args(usr, clean_data, str(tmp_path / "raise")), env=_env(FAULT_INF_GRAD="1"))
+    proc = _run(_train_args(usr, clean_data, str(tmp_path / "raise")), env=cli_env(drop=FAULT_ENV, FAULT_INF_GRAD="1"))
     assert proc.returncode == 1
     line = _error_line(proc, "textrain-train-gpu")
     assert "non-finite gradient norm inf (loss 0.69" in line and "at step 1" in line, line
 
     proc = _run(_train_args(usr, clean_data, str(tmp_path / "skip"), "--nan_policy=skip"),
-                env=_env(FAULT_INF_GRAD="1"))
+                env=cli_env(drop=FAULT_ENV, FAULT_INF_GRAD="1"))
     assert proc.returncode == 1
     line = _error_line(proc, "textrain-train-gpu")
     assert "4 of the 4 steps of this run were skipped" in line and "gradient norm inf" in line, line
@@ -552,7 +547,7 @@ def test_ctrl_c_saves_and_exits_130(usr, clean_data, tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", *_train_args(usr, clean_data, run, "--num_train_steps=100000",
                                                                 "--iterations_per_loop=5", "--log_steps=5",
                                                                 "--save_checkpoints_steps=100000")],
-                            cwd=REPO, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            cwd=REPO, env=cli_env(drop=FAULT_ENV), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 120
     while time.time() < deadline and not os.path.exists(os.path.join(run, "train")):
         time.sleep(0.2)
@@ -577,7 +572,7 @@ def test_a_one_megabyte_word_does_not_stall_vocab_learning(tmp_path):
     corpus.write_text(text + "\n" + "ab" * (1 << 19) + "\n")
     proc = _run(["textrain.framework.datagen", "--problem=bert_pretrain", f"--data_dir={tmp_path / 'data'}",
                  f"--input_file={corpus}", "--vocab_size=200", "--max_seq_length=32",
-                 "--max_predictions_per_seq=5", "--dupe_factor=1"], env=_env(), timeout=300)
+                 "--max_predictions_per_seq=5", "--dupe_factor=1"], env=cli_env(drop=FAULT_ENV), timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     vocab = (tmp_path / "data" / "bert_pretrain" / "vocab.txt").read_text().split("\n")
     assert "[UNK]" in vocab and not any(len(t) > 200 for t in vocab)
@@ -589,7 +584,7 @@ def test_a_corpus_of_one_long_word_is_one_line_naming_the_flag_and_leaves_nothin
     corpus = tmp_path / "c.txt"
     corpus.write_text("ab" * (1 << 19) + "\n")
     proc = _run(["textrain.framework.datagen", "--problem=bert_pretrain", f"--data_dir={tmp_path / 'data'}",
-                 f"--input_file={corpus}", "--vocab_size=200", "--max_seq_length=32"], env=_env(), timeout=300)
+                 f"--input_file={corpus}", "--vocab_size=200", "--max_seq_length=32"], env=cli_env(drop=FAULT_ENV), timeout=300)
     last = proc.stderr.strip().splitlines()[-1]
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     assert last.startswith(f"textrain-datagen: error: --input_file={corpus}: no word to build a WordPiece vocab")
@@ -601,7 +596,7 @@ def test_a_corpus_of_one_long_word_is_one_line_naming_the_flag_and_leaves_nothin
 def _bert_datagen(data_dir, *extra, timeout=300):
     return _run(["textrain.framework.datagen", "--problem=bert_pretrain", f"--data_dir={data_dir}",
                  "--vocab_size=100", "--max_seq_length=32", "--max_predictions_per_seq=5", *extra],
-                env=_env(), timeout=timeout)
+                env=cli_env(drop=FAULT_ENV), timeout=timeout)
 
 
 def test_a_csv_row_with_extra_fields_is_an_error_naming_its_line_or_a_skipped_record(tmp_path):
@@ -668,7 +663,7 @@ def test_kill_9_during_the_shuffle_then_a_rerun_gives_the_clean_runs_shards(tmp_
     proc = subprocess.Popen([sys.executable, "-m", "textrain.framework.datagen", "--problem=bert_pretrain",
                              f"--data_dir={killed}", f"--vocab_file={vocab}", "--max_seq_length=32",
                              "--max_predictions_per_seq=5", *args],
-                            cwd=REPO, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                            cwd=REPO, env=cli_env(drop=FAULT_ENV), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     problem_dir = os.path.join(killed, "bert_pretrain")
     deadline = time.time() + 240
     while len(_spills(problem_dir)) < 2 and proc.poll() is None and time.time() < deadline:
@@ -679,7 +674,7 @@ def test_kill_9_during_the_shuffle_then_a_rerun_gives_the_clean_runs_shards(tmp_
     assert 2 <= len(finished) < 24 and not glob.glob(os.path.join(problem_dir, "*.tfrecord")), finished
     proc = _run(["textrain.framework.datagen", "--problem=bert_pretrain", f"--data_dir={killed}",
                  f"--vocab_file={vocab}", "--max_seq_length=32", "--max_predictions_per_seq=5", *args,
-                 "--verbosity=1"], env=_env(), timeout=300)
+                 "--verbosity=1"], env=cli_env(drop=FAULT_ENV), timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "resuming the corpus shuffle" in proc.stderr
     assert not os.path.exists(os.path.join(problem_dir, ".shuffle"))
@@ -700,7 +695,7 @@ def _hf_copy(tmp_path, arch: str = "BertModel", name: str = "hf") -> str:
 
 
 def _convert(*args, **kw):
-    return _run(["textrain.trainers.convert", *args], env=_env(), **kw)
+    return _run(["textrain.trainers.convert", *args], env=cli_env(drop=FAULT_ENV), **kw)
 
 
 def _left_beside(tmp_path, *keep: str) -> list[str]:
@@ -757,7 +752,7 @@ def test_from_textrain_takes_a_best_directory(tmp_path):
     --init_checkpoint and finetune.init_checkpoint), also a best/ written before it had a `checkpoint` file."""
     best = tmp_path / "run" / "best"
     best.mkdir(parents=True)
-    proc = subprocess.run([sys.executable, "-c", MAKE_BEST, str(best)], env=_env(), capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-c", MAKE_BEST, str(best)], env=cli_env(drop=FAULT_ENV), capture_output=True, text=True,
                           timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
     proc = _convert(f"--from_textrain={best}", "--model=bert_classifier", "--model_size=tiny", "--num_labels=2",
@@ -792,7 +787,7 @@ def _finetune_bad_dev(tmp_path, model_dir: str):
               f"finetune.model_dir='{model_dir}'", "finetune.model_size='tiny'", "finetune.max_seq_length=16",
               f"finetune.vocab_file='{os.path.join(HF_FIXTURES, 'BertModel', 'vocab.txt')}'",
               "finetune.train_batch_size=4", "finetune.num_train_steps=2"]
-    return _run(["textrain.trainers.finetune", *[f"--gin_param={p}" for p in params]], env=_env())
+    return _run(["textrain.trainers.finetune", *[f"--gin_param={p}" for p in params]], env=cli_env(drop=FAULT_ENV))
 
 
 def test_a_finetune_failing_before_its_first_checkpoint_leaves_no_model_dir(tmp_path):
@@ -815,11 +810,11 @@ def test_resume_with_another_batch_size_is_refused_naming_both(usr, clean_data, 
     """The saved input iterator holds batches of the old size, so its position cannot carry over: refused
     in one line naming both sizes, the run's checkpoints untouched."""
     model_dir = tmp_path / "run"
-    proc = _run(_train_args(usr, clean_data, model_dir), env=_env())
+    proc = _run(_train_args(usr, clean_data, model_dir), env=cli_env(drop=FAULT_ENV))
     assert proc.returncode == 0, proc.stderr[-3000:]
     before = sorted(os.listdir(model_dir))
     args = [a for a in _train_args(usr, clean_data, model_dir, "--num_train_steps=6") if a != "--train_batch_size=8"]
-    proc = _run([*args, "--train_batch_size=4"], env=_env())
+    proc = _run([*args, "--train_batch_size=4"], env=cli_env(drop=FAULT_ENV))
     assert proc.returncode == 1
     line = _error_line(proc, "textrain-train-gpu")
     assert "was trained with batch size 8" in line and "this run's is 4" in line
@@ -837,7 +832,7 @@ def bert_data(tmp_path_factory) -> str:
     data = tmp_path_factory.mktemp("bert") / "data"
     proc = _run(["textrain.framework.datagen", "--problem=bert_pretrain", f"--input_file={EMMA}", f"--data_dir={data}",
                  "--vocab_size=600", "--max_seq_length=32", "--max_predictions_per_seq=5", "--dupe_factor=1"],
-                env=_env())
+                env=cli_env(drop=FAULT_ENV))
     assert proc.returncode == 0, proc.stderr[-3000:]
     return str(data)
 
@@ -853,7 +848,7 @@ def test_damaged_safetensors_as_init_checkpoint_is_one_line(bert_data, tmp_path)
     hf = _hf_copy(tmp_path, "BertForPreTraining")
     weights = os.path.join(hf, "model.safetensors")
     os.truncate(weights, os.path.getsize(weights) // 2)
-    proc = _run(_bert_train_args(bert_data, tmp_path / "run", hf), env=_env())
+    proc = _run(_bert_train_args(bert_data, tmp_path / "run", hf), env=cli_env(drop=FAULT_ENV))
     assert proc.returncode == 1
     assert f"{weights}: truncated or not a safetensors file" in _error_line(proc, "textrain-train-gpu")
     assert _left_beside(tmp_path, "hf") == []
@@ -865,10 +860,10 @@ def test_hf_directory_of_another_family_says_which_in_a_short_line(bert_data, tm
     --model takes it; the variable listing only with --verbose."""
     run = tmp_path / "run"
     args = _bert_train_args(bert_data, run, os.path.join(HF_FIXTURES, "ElectraForPreTraining"))
-    proc = _run(args, env=_env())
+    proc = _run(args, env=cli_env(drop=FAULT_ENV))
     assert proc.returncode == 1
     line = _error_line(proc, "textrain-train-gpu")
     assert "is a Hugging Face ELECTRA checkpoint (ElectraForPreTraining)" in line and "--model=electra" in line
     assert len(line) < 400 and not run.exists()
-    proc = _run([*args, "--verbose"], env=_env())
+    proc = _run([*args, "--verbose"], env=cli_env(drop=FAULT_ENV))
     assert proc.returncode != 0 and "missing from checkpoint" in proc.stderr

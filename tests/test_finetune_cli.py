@@ -12,6 +12,7 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
+from helpers import cli_env, final_figures
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -47,18 +48,10 @@ def task(tmp_path_factory):
     return {"root": root, "files": files, "vocab": vocab, "sp": sp, "test_rows": parts["test"]}
 
 
-def _env() -> dict:
-    return dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-
-
 def finetune(*params: str, files: list[str] = ()) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "textrain.trainers.finetune", *[f"--gin_file={f}" for f in files],
            *[f"--gin_param={p}" for p in params]]
-    return subprocess.run(cmd, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=600)
-
-
-def _final(stdout: str) -> dict:
-    return json.loads([line for line in stdout.splitlines() if line.startswith("final ")][-1][len("final "):])
+    return subprocess.run(cmd, cwd=REPO, env=cli_env(), capture_output=True, text=True, timeout=600)
 
 
 def _task_params(task, data_dir, model_dir, test=False) -> list[str]:
@@ -166,7 +159,7 @@ def test_bert_cli_trains_evaluates_predicts_and_exports(tmp_path, task):
                     "finetune.export=True", files=[os.path.join(REPO, "configs", "bert_base.gin"),
                                                    os.path.join(REPO, "configs", "tsv_classification.gin")])
     assert proc.returncode == 0, proc.stderr[-3000:]
-    final = _final(proc.stdout)
+    final = final_figures(proc.stdout)
     assert final["step"] == 20
     # eval results per split per step, TensorBoard, best checkpoint with its metrics
     results = json.load(open(run / "eval_results.json"))
@@ -209,7 +202,7 @@ def test_electra_and_xlnet_cli_run_a_few_steps(tmp_path, task, family):
     proc = finetune(*_task_params(task, tmp_path / "data", tmp_path / "run"), *extra, "finetune.num_train_steps=6",
                     "finetune.learning_rate=1e-3")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    final = _final(proc.stdout)
+    final = final_figures(proc.stdout)
     assert final["step"] == 6 and final["eval"]["dev"]["num_examples"] == 60
     assert 0.0 <= final["eval"]["dev"]["accuracy"] <= 1.0
 
@@ -220,7 +213,7 @@ def test_train_gpu_builds_a_classifier_and_layerwise_decay_reaches_the_optimizer
     gen = subprocess.run([sys.executable, "-m", "textrain.framework.datagen", "--problem=tsv_classification",
                           f"--data_dir={data}", f"--train_file={task['files']['train']}",
                           f"--dev_file={task['files']['dev']}", f"--vocab_file={task['vocab']}", "--max_seq_length=32"],
-                         cwd=REPO, env=_env(), capture_output=True, text=True)
+                         cwd=REPO, env=cli_env(), capture_output=True, text=True)
     assert gen.returncode == 0, gen.stderr[-2000:]
 
     def train(tag: str, *extra: str) -> dict:
@@ -228,7 +221,7 @@ def test_train_gpu_builds_a_classifier_and_layerwise_decay_reaches_the_optimizer
                                f"--data_dir={data}", "--model=bert_classifier", "--model_size=tiny",
                                f"--model_dir={tmp_path / tag}", "--train_batch_size=8", "--num_train_steps=1",
                                "--num_warmup_steps=0", "--seed=3", "--weight_decay=0", "--clip_norm=0", *extra],
-                              cwd=REPO, env=_env(), capture_output=True, text=True)
+                              cwd=REPO, env=cli_env(), capture_output=True, text=True)
         assert proc.returncode == 0, proc.stderr[-3000:]
         # Restore into a BertClassifier: every object must match (a pretrainer would not).
         import textrain.models as models  # noqa: F401
@@ -254,12 +247,12 @@ def test_train_gpu_do_eval_reports_pretraining_metrics_on_dev(tmp_path):
     data, run = tmp_path / "data", tmp_path / "run"
     gen = subprocess.run([sys.executable, "-m", "textrain.framework.datagen", "--problem=bert_pretrain", f"--input_file={EMMA}",
                           f"--data_dir={data}", "--vocab_size=600", "--max_seq_length=32", "--max_predictions_per_seq=5",
-                          "--dev_fraction=0.1", "--dupe_factor=1"], cwd=REPO, env=_env(), capture_output=True, text=True)
+                          "--dev_fraction=0.1", "--dupe_factor=1"], cwd=REPO, env=cli_env(), capture_output=True, text=True)
     assert gen.returncode == 0, gen.stderr[-2000:]
     proc = subprocess.run([sys.executable, "-m", "textrain.trainers.train_gpu", "--problem=bert_pretrain", "--model=bert",
                            "--model_size=tiny", f"--data_dir={data}", f"--model_dir={run}", "--max_seq_length=32",
                            "--max_predictions_per_seq=5", "--train_batch_size=16", "--num_train_steps=2", "--do_eval",
-                           "--max_eval_steps=3", "--num_gpus=2"], cwd=REPO, env=_env(), capture_output=True, text=True)
+                           "--max_eval_steps=3", "--num_gpus=2"], cwd=REPO, env=cli_env(), capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     dev = json.load(open(run / "eval_results.json"))["dev"][-1]
     assert dev["step"] == 2 and dev["num_examples"] == 24  # 3 global batches of 8 (eval_batch_size), 2 replicas

@@ -3,7 +3,6 @@
 raw-string signatures) and textrain-train-gpu on the same records, with no file of trainers/ knowing its name."""
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -11,22 +10,13 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
+from helpers import cli_env, final_figures
 from test_finetune_cli import emma_speech_rows
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 USR_TOY = os.path.join(HERE, "usr_toy")
 EMMA = os.path.join(HERE, "data", "austen_emma.txt")
-
-
-def _env() -> dict:
-    return dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-
-
-def _final(stdout: str) -> dict:
-    lines = [line for line in stdout.splitlines() if line.startswith("final ")]
-    assert lines, stdout[-2000:]
-    return json.loads(lines[-1][len("final "):])
 
 
 def test_trainers_do_not_name_the_model():
@@ -57,9 +47,9 @@ def test_a_usr_dir_model_finetunes_exports_and_trains(tmp_path):
               "finetune.learning_rate=0.05", "finetune.do_predict=True", "finetune.export=True"]
     proc = subprocess.run([sys.executable, "-m", "textrain.trainers.finetune",
                            *[f"--gin_param={p}" for p in params]],
-                          cwd=REPO, env=_env(), capture_output=True, text=True, timeout=600)
+                          cwd=REPO, env=cli_env(), capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    final = _final(proc.stdout)
+    final = final_figures(proc.stdout)
     assert final["step"] == 10 and final["num_labels"] == 2 and "accuracy" in final["eval"]["dev"]
     assert os.path.exists(run / "predict_test.tsv")
 
@@ -75,6 +65,6 @@ def test_a_usr_dir_model_finetunes_exports_and_trains(tmp_path):
         [sys.executable, "-m", "textrain.trainers.train_gpu", f"--usr_dir={USR_TOY}", "--problem=tsv_classification",
          f"--data_dir={data}", "--model=usr_toy_classifier", f"--model_dir={tmp_path / 'train'}",
          "--train_batch_size=16", "--num_train_steps=4", "--learning_rate=0.05", "--num_gpus=2"],
-        cwd=REPO, env=_env(), capture_output=True, text=True, timeout=600)
+        cwd=REPO, env=cli_env(), capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert _final(proc.stdout)["step"] == 4
+    assert final_figures(proc.stdout)["step"] == 4

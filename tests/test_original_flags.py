@@ -19,18 +19,13 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
+from helpers import cli_env, final_figures
 
 from textrain.framework import flag_aliases as fa
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 EMMA = os.path.join(HERE, "data", "austen_emma.txt")
-
-
-def _env() -> dict:
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=REPO)
-    env.pop("TF_CONFIG", None)
-    return env
 
 
 # ---------------------------------------------------------------------------------------- the table
@@ -167,14 +162,8 @@ def test_every_preset_parses(preset):
 
 # ---------------------------------------------------------------------------------- real processes
 def _run(args: list[str], timeout: int = 400) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", *args], cwd=REPO, env=_env(), capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", *args], cwd=REPO, env=cli_env(), capture_output=True, text=True,
                           timeout=timeout)
-
-
-def _final(stdout: str) -> dict:
-    lines = [line for line in stdout.splitlines() if line.startswith("final ")]
-    assert lines, stdout[-2000:]
-    return json.loads(lines[-1][len("final "):])
 
 
 @pytest.fixture(scope="module")
@@ -201,13 +190,13 @@ def test_xlnet_original_lines_train_without_seed_save_and_resume(corpus, tmp_pat
             "--iterations=2"]  # no --seed, as users run it
     first = _run([*line, "--train_steps=2"])
     assert first.returncode == 0, first.stderr[-3000:]
-    assert _final(first.stdout)["step"] == 2 and tf.train.latest_checkpoint(model_dir).endswith("ckpt-2")
+    assert final_figures(first.stdout)["step"] == 2 and tf.train.latest_checkpoint(model_dir).endswith("ckpt-2")
     assert "MirroredStrategy" in first.stderr  # --num_core_per_host=2: two GPUs (here logical CPUs)
     seed_file = os.path.join(model_dir, "data_seed-0.txt")
     seed = open(seed_file).read()
     again = _run([*line, "--train_steps=4"])
     assert again.returncode == 0, again.stderr[-3000:]
-    out = _final(again.stdout)
+    out = final_figures(again.stdout)
     assert out["step"] == 4 and np.isfinite(out["loss"]) and "restored" in again.stderr
     assert open(seed_file).read() == seed  # the resumed run read the same input stream
     # The data's per-core layout vs one GPU: one line, no traceback.
@@ -237,7 +226,7 @@ def test_bert_and_electra_original_lines(corpus, tmp_path):
                   "--num_warmup_steps=1", "--learning_rate=1e-3", "--save_checkpoints_steps=2",
                   "--iterations_per_loop=2", "--use_tpu=False"])
     assert train.returncode == 0, train.stderr[-3000:]
-    assert _final(train.stdout)["step"] == 2 and tf.train.latest_checkpoint(str(run)).endswith("ckpt-2")
+    assert final_figures(train.stdout)["step"] == 2 and tf.train.latest_checkpoint(str(run)).endswith("ckpt-2")
 
     electra_dir = tmp_path / "electra"
     corpus_dir = tmp_path / "corpus_dir"
@@ -252,5 +241,5 @@ def test_bert_and_electra_original_lines(corpus, tmp_path):
     train = _run(["textrain.trainers.train_gpu", "--data-dir", str(electra_dir), "--model-name", "tiny", "--hparams",
                   json.dumps(hparams), f"--electra_config_file={config}", "--num_gpus=1"])
     assert train.returncode == 0, train.stderr[-3000:]
-    assert _final(train.stdout)["step"] == 2
+    assert final_figures(train.stdout)["step"] == 2
     assert tf.train.latest_checkpoint(str(electra_dir / "models" / "tiny")).endswith("ckpt-2")

@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from cluster import free_ports
+from helpers import cli_env, final_figures
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -47,12 +48,6 @@ CASES = {
 }
 
 
-def _env() -> dict:
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    env.pop("TF_CONFIG", None)
-    return env
-
-
 def _cli(module: str, *args: str) -> list[str]:
     return [sys.executable, "-m", f"textrain.{module}", *args]
 
@@ -62,9 +57,8 @@ PROGRESS = re.compile(r"step (\d+)/\d+ \| loss (\S+)")
 
 def _final(stdout: str) -> dict:
     """The final line's figures, less the timings and paths."""
-    figures = json.loads([ln for ln in stdout.splitlines() if ln.startswith("final ")][-1][len("final "):])
-    return {k: v for k, v in figures.items() if not k.endswith("_per_sec") and k not in ("checkpoint", "restored_from")}
-
+    return {k: v for k, v in final_figures(stdout).items()
+            if not k.endswith("_per_sec") and k not in ("checkpoint", "restored_from")}
 
 def _losses(stderr: str) -> dict[int, str]:
     return {int(step): loss for step, loss in PROGRESS.findall(stderr)}
@@ -88,7 +82,7 @@ def test_kill_minus_9_and_resume_equals_the_uninterrupted_run(model, tmp_path):
     data = str(tmp_path / "data")
     gen = subprocess.run(_cli("framework.datagen", f"--input_file={EMMA}", f"--data_dir={data}",
                               f"--tmp_dir={tmp_path}", "--seed=3", *case["datagen"]),
-                         cwd=REPO, env=_env(), capture_output=True, text=True, timeout=300)
+                         cwd=REPO, env=cli_env(), capture_output=True, text=True, timeout=300)
     assert gen.returncode == 0, gen.stderr[-3000:]
 
     flags = list(case["train"])
@@ -103,11 +97,11 @@ def test_kill_minus_9_and_resume_equals_the_uninterrupted_run(model, tmp_path):
                     "--log_steps=1", "--num_warmup_steps=5", "--learning_rate=1e-3", "--seed=7")
 
     reference = str(tmp_path / "reference")
-    ref = subprocess.run(train(reference), cwd=REPO, env=_env(), capture_output=True, text=True, timeout=600)
+    ref = subprocess.run(train(reference), cwd=REPO, env=cli_env(), capture_output=True, text=True, timeout=600)
     assert ref.returncode == 0, ref.stderr[-3000:]
 
     killed = str(tmp_path / "killed")
-    proc = subprocess.Popen(train(killed), cwd=REPO, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    proc = subprocess.Popen(train(killed), cwd=REPO, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
     start = time.time()
     while not tf.train.latest_checkpoint(killed):  # a checkpoint whole and recorded
@@ -120,7 +114,7 @@ def test_kill_minus_9_and_resume_equals_the_uninterrupted_run(model, tmp_path):
     last = tf.train.latest_checkpoint(killed)
     assert last and int(last.rsplit("-", 1)[1]) < STEPS
 
-    resumed = subprocess.run(train(killed), cwd=REPO, env=_env(), capture_output=True, text=True, timeout=600)
+    resumed = subprocess.run(train(killed), cwd=REPO, env=cli_env(), capture_output=True, text=True, timeout=600)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"restored {last}" in resumed.stderr
 
@@ -140,7 +134,7 @@ def _two_workers(cmd: list[str]) -> list[subprocess.Popen]:
     """The same command as 2 MultiWorkerMirroredStrategy workers on 127.0.0.1 (one input pipeline each)."""
     cluster = {"worker": [f"127.0.0.1:{port}" for port in free_ports(2)]}
     return [subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             env=dict(_env(), TF_CONFIG=json.dumps({"cluster": cluster,
+                             env=dict(cli_env(), TF_CONFIG=json.dumps({"cluster": cluster,
                                                                     "task": {"type": "worker", "index": i}})))
             for i in range(2)]
 
@@ -162,7 +156,7 @@ def test_xlnet_on_two_workers_kill_minus_9_and_resume_equals_the_uninterrupted_r
                               f"--tmp_dir={tmp_path}", "--seed=3", "--problem=xlnet_pretrain", "--vocab_size=500",
                               "--seq_len=32", "--reuse_len=16", "--num_predict=5", "--bsz_per_host=4",
                               "--num_core_per_host=1", "--bi_data"),
-                         cwd=REPO, env=_env(), capture_output=True, text=True, timeout=300)
+                         cwd=REPO, env=cli_env(), capture_output=True, text=True, timeout=300)
     assert gen.returncode == 0, gen.stderr[-3000:]
 
     def train(model_dir: str) -> list[str]:

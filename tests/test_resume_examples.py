@@ -20,18 +20,12 @@ import time
 import pytest
 import tensorflow as tf
 from cluster import free_ports
+from helpers import cli_env
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 USR = os.path.join(HERE, "usr_trace")
 STEPS, SAVE_EVERY = 16, 4
-
-
-def _env(**extra) -> dict:
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    env.pop("TF_CONFIG", None)
-    env.update(extra)
-    return env
 
 
 def _start(data: str, run: str, trace: str, slow: str) -> list[subprocess.Popen]:
@@ -41,7 +35,7 @@ def _start(data: str, run: str, trace: str, slow: str) -> list[subprocess.Popen]
            f"--data_dir={data}", "--model=usr_traced_model", f"--model_dir={run}", "--strategy=multi_worker",
            "--train_batch_size=16", f"--num_train_steps={STEPS}", "--num_warmup_steps=1", "--learning_rate=0.1",
            "--iterations_per_loop=1", f"--save_checkpoints_steps={SAVE_EVERY}", "--seed=5"]
-    return [subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(
+    return [subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env(
         TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": "worker", "index": i}}), TRACE_TASK=str(i),
         TRACE_EXAMPLES_DIR=trace, TOY_SLOW_INPUT=slow)) for i in range(2)]
 
@@ -62,7 +56,7 @@ def _trace(directory: str, up_to: int | None = None) -> dict[tuple[int, int], li
 def data(tmp_path_factory) -> str:
     data = str(tmp_path_factory.mktemp("trace") / "data")
     proc = subprocess.run([sys.executable, "-m", "textrain.framework.datagen", f"--usr_dir={USR}",
-                           "--problem=usr_toy_problem", f"--data_dir={data}"], cwd=REPO, env=_env(),
+                           "--problem=usr_toy_problem", f"--data_dir={data}"], cwd=REPO, env=cli_env(),
                           capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return data

@@ -2,7 +2,6 @@
 that translates its flags (textrain-train-gpu) or gin bindings (textrain-finetune) into one."""
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -10,23 +9,12 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
+from helpers import cli_env, final_figures
 from test_finetune_cli import emma_speech_rows
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 USR_TOY = os.path.join(HERE, "usr_toy")
-
-
-def _env() -> dict:
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    env.pop("TF_CONFIG", None)
-    return env
-
-
-def _final(stdout: str) -> dict:
-    lines = [line for line in stdout.splitlines() if line.startswith("final ")]
-    assert lines, stdout[-2000:]
-    return json.loads(lines[-1][len("final "):])
 
 
 def _weights(model_dir: str) -> dict[str, np.ndarray]:
@@ -52,16 +40,16 @@ def test_pretraining_spec_equals_the_train_gpu_cli(tmp_path):
     data = tmp_path / "data"
     gen = subprocess.run([sys.executable, "-m", "textrain.framework.datagen", f"--usr_dir={USR_TOY}",
                           "--problem=usr_toy_problem", f"--data_dir={data}", f"--tmp_dir={tmp_path}"],
-                         cwd=REPO, env=_env(), capture_output=True, text=True, timeout=180)
+                         cwd=REPO, env=cli_env(), capture_output=True, text=True, timeout=180)
     assert gen.returncode == 0, gen.stderr[-3000:]
     cli_dir = str(tmp_path / "cli")
     proc = subprocess.run(
         [sys.executable, "-m", "textrain.trainers.train_gpu", f"--usr_dir={USR_TOY}", "--problem=usr_toy_problem",
          f"--data_dir={data}", "--model=usr_toy_model", f"--model_dir={cli_dir}", "--train_batch_size=16",
          "--num_train_steps=6", "--num_warmup_steps=1", "--learning_rate=0.1", "--iterations_per_loop=3",
-         "--save_checkpoints_steps=3", "--seed=1"], cwd=REPO, env=_env(), capture_output=True, text=True, timeout=240)
+         "--save_checkpoints_steps=3", "--seed=1"], cwd=REPO, env=cli_env(), capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    cli = _final(proc.stdout)
+    cli = final_figures(proc.stdout)
 
     registry.import_usr_dir(USR_TOY)
     hparams = registry.problems.get("usr_toy_problem").HParams()
@@ -112,9 +100,9 @@ def test_finetune_spec_equals_the_finetune_cli(tmp_path, tsv_task):
               "finetune.model_size='tiny'", f"finetune.model_overrides={overrides!r}", "finetune.num_train_steps=4",
               "finetune.learning_rate=1e-3", "finetune.seed=3"]
     proc = subprocess.run([sys.executable, "-m", "textrain.trainers.finetune", *[f"--gin_param={p}" for p in params]],
-                          cwd=REPO, env=_env(), capture_output=True, text=True, timeout=600)
+                          cwd=REPO, env=cli_env(), capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    cli = _final(proc.stdout)
+    cli = final_figures(proc.stdout)
 
     registry.import_builtins()
     problem_cls = registry.problems.get("tsv_classification")
@@ -182,7 +170,7 @@ def test_finetune_on_a_pretraining_problem_is_one_line(tmp_path):
         [sys.executable, "-m", "textrain.trainers.finetune", f"--gin_param=finetune.usr_dir='{USR_TOY}'",
          "--gin_param=finetune.model='bert_classifier'", "--gin_param=finetune.task='usr_toy_problem'",
          f"--gin_param=finetune.data_dir='{tmp_path / 'data'}'", f"--gin_param=finetune.model_dir='{tmp_path / 'm'}'"],
-        cwd=REPO, env=_env(), capture_output=True, text=True, timeout=240)
+        cwd=REPO, env=cli_env(), capture_output=True, text=True, timeout=240)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("textrain-finetune: error:") and "'usr_toy_problem' is not a fine-tuning task" in last
@@ -191,4 +179,4 @@ def test_finetune_on_a_pretraining_problem_is_one_line(tmp_path):
 def test_the_plain_spec_imports_no_tensorflow():
     code = ("import sys, textrain.trainers.run_spec, textrain.trainers.train_config; "
             "sys.exit('tensorflow' in sys.modules)")
-    assert subprocess.run([sys.executable, "-c", code], cwd=REPO, env=_env(), timeout=120).returncode == 0
+    assert subprocess.run([sys.executable, "-c", code], cwd=REPO, env=cli_env(), timeout=120).returncode == 0

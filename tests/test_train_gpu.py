@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from cluster import free_ports
+from helpers import cli_env, final_figures
 from processes import recorded_step, wait_until
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -31,16 +32,9 @@ def toy_data(tmp_path_factory):
     data = root / "data"
     proc = subprocess.run([sys.executable, "-m", "textrain.framework.datagen", f"--usr_dir={USR_TOY}",
                            "--problem=usr_toy_problem", f"--data_dir={data}", f"--tmp_dir={root}"],
-                          cwd=REPO, env=_env(), capture_output=True, text=True, timeout=180)
+                          cwd=REPO, env=cli_env(), capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return USR_TOY, str(data)
-
-
-def _env(**extra) -> dict:
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=REPO)
-    env.pop("TF_CONFIG", None)
-    env.update(extra)
-    return env
 
 
 def _train_cmd(usr: str, data: str, model_dir: str, *extra: str) -> list[str]:
@@ -50,40 +44,34 @@ def _train_cmd(usr: str, data: str, model_dir: str, *extra: str) -> list[str]:
             "--iterations_per_loop=3", "--save_checkpoints_steps=3", "--seed=1", *extra]
 
 
-def _final(stdout: str) -> dict:
-    lines = [line for line in stdout.splitlines() if line.startswith("final ")]
-    assert lines, stdout[-2000:]
-    return json.loads(lines[-1][len("final "):])
-
-
 @pytest.mark.slow
 def test_cli_trains_on_two_logical_cpus_and_resumes(toy_data, tmp_path):
     usr, data = toy_data
     run = str(tmp_path / "run")
-    proc = subprocess.run(_train_cmd(usr, data, run, "--num_gpus=2"), cwd=REPO, env=_env(),
+    proc = subprocess.run(_train_cmd(usr, data, run, "--num_gpus=2"), cwd=REPO, env=cli_env(),
                           capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    out = _final(proc.stdout)
+    out = final_figures(proc.stdout)
     assert out["step"] == 6 and np.isfinite(out["loss"]) and out["examples_per_sec"] > 0
     assert tf.train.latest_checkpoint(run).endswith("ckpt-6")
     assert "MirroredStrategy" in proc.stderr and "step 6/6" in proc.stderr
     # Same command, more steps: restarts from ckpt-6.
     again = subprocess.run(_train_cmd(usr, data, run, "--num_gpus=2", "--num_train_steps=9"), cwd=REPO,
-                           env=_env(), capture_output=True, text=True, timeout=240)
+                           env=cli_env(), capture_output=True, text=True, timeout=240)
     assert again.returncode == 0, again.stderr[-3000:]
-    assert _final(again.stdout)["step"] == 9 and "restored" in again.stderr
+    assert final_figures(again.stdout)["step"] == 9 and "restored" in again.stderr
 
 
 def test_cli_refuses_settings_that_disagree_with_the_manifest(toy_data, tmp_path):
     usr, data = toy_data
-    proc = subprocess.run(_train_cmd(usr, data, str(tmp_path / "run"), "--toy_dim=5"), cwd=REPO, env=_env(),
+    proc = subprocess.run(_train_cmd(usr, data, str(tmp_path / "run"), "--toy_dim=5"), cwd=REPO, env=cli_env(),
                           capture_output=True, text=True, timeout=240)
     assert proc.returncode != 0
     assert "toy_dim" in proc.stderr and "5" in proc.stderr and "4" in proc.stderr
 
 
 def test_cli_requires_its_flags():
-    proc = subprocess.run([sys.executable, "-m", "textrain.trainers.train_gpu", "--problem=x"], cwd=REPO, env=_env(),
+    proc = subprocess.run([sys.executable, "-m", "textrain.trainers.train_gpu", "--problem=x"], cwd=REPO, env=cli_env(),
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0 and "--data_dir" in proc.stderr and "--model_dir" in proc.stderr
 
@@ -91,7 +79,7 @@ def test_cli_requires_its_flags():
 def test_cli_refuses_t2t_hparams_for_a_model_without_an_hparams_set(toy_data, tmp_path):
     usr, data = toy_data
     proc = subprocess.run(_train_cmd(usr, data, str(tmp_path / "run"), '--hparams={"num_train_steps": 3}'),
-                          cwd=REPO, env=_env(), capture_output=True, text=True, timeout=240)
+                          cwd=REPO, env=cli_env(), capture_output=True, text=True, timeout=240)
     assert proc.returncode != 0
     lines = [ln for ln in proc.stderr.splitlines() if "error:" in ln]
     assert len(lines) == 1 and "--hparams" in lines[0] and "--model=transformer" in lines[0], proc.stderr[-2000:]
@@ -108,19 +96,18 @@ def test_multi_worker_two_processes_agree_on_the_weights(toy_data, tmp_path):
     for index in range(2):
         tf_config = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})
         procs.append(subprocess.Popen(_train_cmd(usr, data, run, "--strategy=multi_worker"), cwd=REPO,
-                                      env=_env(TF_CONFIG=tf_config, TOY_DUMP_DIR=dump),
+                                      env=cli_env(TF_CONFIG=tf_config, TOY_DUMP_DIR=dump),
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     outputs = [p.communicate(timeout=300) for p in procs]
     for p, (stdout, stderr) in zip(procs, outputs):
         assert p.returncode == 0, stderr[-3000:]
-        assert _final(stdout)["step"] == 6
+        assert final_figures(stdout)["step"] == 6
     w0, w1 = (np.load(os.path.join(dump, f"worker_{i}.npy")) for i in range(2))
     np.testing.assert_array_equal(w0, w1)
     assert not np.allclose(w0, TOY_INITIAL_WEIGHTS)  # they trained
     assert tf.train.latest_checkpoint(run).endswith("ckpt-6")
     assert not tf.io.gfile.exists(os.path.join(run, ".worker_tmp", "pipeline_1"))
     assert tf.io.gfile.exists(os.path.join(run, "input_pipeline_1", "ckpt-6.index"))
-
 
 
 @pytest.mark.slow
@@ -136,7 +123,7 @@ def test_multi_worker_kill_one_worker_then_restart_both_resumes(toy_data, tmp_pa
 
     def start(slow: str) -> list[subprocess.Popen]:
         cluster = {"worker": [f"127.0.0.1:{p}" for p in free_ports(2)]}
-        return [subprocess.Popen(cmd, cwd=REPO, env=_env(TF_CONFIG=json.dumps(
+        return [subprocess.Popen(cmd, cwd=REPO, env=cli_env(TF_CONFIG=json.dumps(
             {"cluster": cluster, "task": {"type": "worker", "index": i}}), TOY_DUMP_DIR=dump, TOY_SLOW_INPUT=slow),
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
 
@@ -155,7 +142,7 @@ def test_multi_worker_kill_one_worker_then_restart_both_resumes(toy_data, tmp_pa
     outputs = [p.communicate(timeout=300) for p in second]
     for p, (stdout, stderr) in zip(second, outputs):
         assert p.returncode == 0, stderr[-3000:]
-        assert _final(stdout)["step"] == 16
+        assert final_figures(stdout)["step"] == 16
     assert f"restored {last} (step {last_step})" in outputs[0][1]
     assert "restored" in outputs[1][1]
     w0, w1 = (np.load(os.path.join(dump, f"worker_{i}.npy")) for i in range(2))
@@ -172,7 +159,7 @@ def test_bert_end_to_end_datagen_then_cli(tmp_path):
     gen = subprocess.run([sys.executable, "-m", "textrain.framework.datagen", "--problem=bert_pretrain",
                           f"--data_dir={data}", f"--tmp_dir={tmp_path}", f"--input_file={corpus}",
                           "--vocab_size=300", "--max_seq_length=32", "--max_predictions_per_seq=5",
-                          "--dupe_factor=1"], cwd=REPO, env=_env(), capture_output=True, text=True, timeout=300)
+                          "--dupe_factor=1"], cwd=REPO, env=cli_env(), capture_output=True, text=True, timeout=300)
     assert gen.returncode == 0, gen.stderr[-3000:]
     manifest = json.loads(next((data / "bert_pretrain").glob("bert_pretrain-train.manifest.json")).read_text())
     vocab = int(manifest["settings"]["vocab_size"])
@@ -186,16 +173,16 @@ def test_bert_end_to_end_datagen_then_cli(tmp_path):
                            f"--bert_config_file={config}", "--train_batch_size=8", "--num_train_steps=4",
                            "--num_warmup_steps=1", "--learning_rate=1e-3", "--iterations_per_loop=2",
                            "--save_checkpoints_steps=2", "--max_seq_length=32"],
-                          cwd=REPO, env=_env(), capture_output=True, text=True, timeout=400)
+                          cwd=REPO, env=cli_env(), capture_output=True, text=True, timeout=400)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    out = _final(proc.stdout)
+    out = final_figures(proc.stdout)
     assert out["step"] == 4 and np.isfinite(out["loss"])
     assert tf.train.latest_checkpoint(str(run)).endswith("ckpt-4")
     # A setting that disagrees with the data is refused, naming both values.
     bad = subprocess.run([sys.executable, "-m", "textrain.trainers.train_gpu", "--problem=bert_pretrain",
                           f"--data_dir={data}", "--model=bert", f"--model_dir={tmp_path / 'bad'}",
                           f"--bert_config_file={config}", "--max_seq_length=64"],
-                         cwd=REPO, env=_env(), capture_output=True, text=True, timeout=300)
+                         cwd=REPO, env=cli_env(), capture_output=True, text=True, timeout=300)
     assert bad.returncode != 0 and "max_seq_length" in bad.stderr and "64" in bad.stderr
 
 
@@ -209,7 +196,7 @@ def test_a_run_that_fails_before_its_first_checkpoint_leaves_no_model_dir(toy_da
     usr, data = toy_data
     run = tmp_path / "run"
     cmd = [c for c in _train_cmd(usr, data, str(run), "--train_batch_size=15", "--num_gpus=2") if c != "--seed=1"]
-    proc = subprocess.run(cmd, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(cmd, cwd=REPO, env=cli_env(), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     assert proc.stderr.strip().splitlines()[-1].startswith("textrain-train-gpu: error:")
     assert not run.exists(), sorted(p.name for p in run.iterdir())
@@ -220,11 +207,11 @@ def test_a_run_saved_on_two_replicas_resumes_on_one(toy_data, tmp_path):
     moved to a smaller box) resumes; the log says the input position was re-derived from the step."""
     usr, data = toy_data
     run = str(tmp_path / "run")
-    first = subprocess.run(_train_cmd(usr, data, run, "--num_gpus=2"), cwd=REPO, env=_env(), capture_output=True,
+    first = subprocess.run(_train_cmd(usr, data, run, "--num_gpus=2"), cwd=REPO, env=cli_env(), capture_output=True,
                            text=True, timeout=300)
     assert first.returncode == 0, first.stderr[-3000:]
-    moved = subprocess.run(_train_cmd(usr, data, run, "--num_gpus=1", "--num_train_steps=9"), cwd=REPO, env=_env(),
+    moved = subprocess.run(_train_cmd(usr, data, run, "--num_gpus=1", "--num_train_steps=9"), cwd=REPO, env=cli_env(),
                            capture_output=True, text=True, timeout=300)
     assert moved.returncode == 0, moved.stderr[-3000:]
-    assert _final(moved.stdout)["step"] == 9
+    assert final_figures(moved.stdout)["step"] == 9
     assert "re-derived from the step (exact" in moved.stderr and "Traceback" not in moved.stderr

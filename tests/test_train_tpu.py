@@ -11,7 +11,6 @@ The problem and model are the --usr_dir package tests/usr_toy (datagen-made reco
 """
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -20,6 +19,7 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
+from helpers import cli_env, final_figures
 from processes import recorded_step, wait_until
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -27,18 +27,11 @@ REPO = os.path.dirname(HERE)
 USR = os.path.join(HERE, "usr_toy")
 
 
-def _env(**extra) -> dict:
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=REPO)
-    env.pop("TF_CONFIG", None)
-    env.update(extra)
-    return env
-
-
 @pytest.fixture(scope="module")
 def toy_data(tmp_path_factory) -> str:
     data = str(tmp_path_factory.mktemp("tpu_toy") / "data")
     proc = subprocess.run([sys.executable, "-m", "textrain.framework.datagen", f"--usr_dir={USR}", "--problem=usr_toy_problem",
-                           f"--data_dir={data}"], cwd=REPO, env=_env(), capture_output=True, text=True, timeout=180)
+                           f"--data_dir={data}"], cwd=REPO, env=cli_env(), capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return data
 
@@ -49,12 +42,6 @@ def _tpu_cmd(data: str, model_dir: str, *extra: str) -> list[str]:
             "--train_batch_size=16", "--num_warmup_steps=2", "--learning_rate=0.1", "--seed=3", *extra]
 
 
-def _final(stdout: str) -> dict:
-    lines = [line for line in stdout.splitlines() if line.startswith("final ")]
-    assert lines, stdout[-2000:]
-    return json.loads(lines[-1][len("final "):])
-
-
 def _checkpoint_weights(model_dir: str) -> dict[str, np.ndarray]:
     reader = tf.train.load_checkpoint(tf.train.latest_checkpoint(model_dir))
     names = [n for n in reader.get_variable_to_shape_map() if n.startswith("model/") and "OPTIMIZER" not in n]
@@ -63,7 +50,7 @@ def _checkpoint_weights(model_dir: str) -> dict[str, np.ndarray]:
 
 
 def _run(cmd: list[str], **env) -> subprocess.CompletedProcess:
-    proc = subprocess.run(cmd, cwd=REPO, env=_env(**env), capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(cmd, cwd=REPO, env=cli_env(**env), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc
 
@@ -74,7 +61,7 @@ def reference(toy_data, tmp_path_factory) -> str:
     run = str(tmp_path_factory.mktemp("tpu_ref") / "run")
     proc = _run(_tpu_cmd(toy_data, run, "--num_core_per_host=2", "--num_train_steps=20",
                          "--iterations_per_loop=1", "--save_checkpoints_steps=5"))
-    assert _final(proc.stdout)["step"] == 20
+    assert final_figures(proc.stdout)["step"] == 20
     return run
 
 
@@ -83,7 +70,7 @@ def test_iterations_per_loop_5_equals_1(toy_data, reference, tmp_path):
     run = str(tmp_path / "ipl5")
     proc = _run(_tpu_cmd(toy_data, run, "--num_core_per_host=2", "--num_train_steps=20",
                          "--iterations_per_loop=5", "--save_checkpoints_steps=5", "--log_steps=5"))
-    out = _final(proc.stdout)
+    out = final_figures(proc.stdout)
     assert out["step"] == 20 and np.isfinite(out["loss"]) and "MirroredStrategy" in proc.stderr
     # 4 device calls of 5 steps, a progress line between calls (at most one per call).
     assert [proc.stderr.count(f"step {s}/20") for s in (5, 10, 15, 20)] == [1, 1, 1, 1]
@@ -99,7 +86,7 @@ def test_iterations_per_loop_5_equals_1(toy_data, reference, tmp_path):
 def test_four_logical_cpu_devices(toy_data, tmp_path):
     run = str(tmp_path / "four")
     proc = _run(_tpu_cmd(toy_data, run, "--num_core_per_host=4", "--num_train_steps=4", "--iterations_per_loop=2"))
-    assert _final(proc.stdout)["step"] == 4
+    assert final_figures(proc.stdout)["step"] == 4
     assert "MirroredStrategy" in proc.stderr and "CPU:3" in proc.stderr and "CPU:4" not in proc.stderr
 
 
@@ -109,7 +96,7 @@ def test_kill_minus_9_then_resume_matches_an_uninterrupted_run(toy_data, referen
     cmd = _tpu_cmd(toy_data, run, "--num_core_per_host=2", "--num_train_steps=20", "--iterations_per_loop=1",
                    "--save_checkpoints_steps=5")
     # 0.3 s per batch, so the run is still going when ckpt-5 appears.
-    proc = subprocess.Popen(cmd, cwd=REPO, env=_env(TOY_SLOW_INPUT="0.3"), stdout=subprocess.PIPE,
+    proc = subprocess.Popen(cmd, cwd=REPO, env=cli_env(TOY_SLOW_INPUT="0.3"), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     wait_until(lambda: recorded_step(run) >= 5, f"ckpt-5 recorded in {run}", [proc], timeout=120)
     proc.send_signal(signal.SIGKILL)
@@ -118,7 +105,7 @@ def test_kill_minus_9_then_resume_matches_an_uninterrupted_run(toy_data, referen
     last = tf.train.latest_checkpoint(run)
     assert last and int(last.rsplit("-", 1)[1]) < 20
     again = _run(cmd)
-    assert f"restored {last}" in again.stderr and _final(again.stdout)["step"] == 20
+    assert f"restored {last}" in again.stderr and final_figures(again.stdout)["step"] == 20
     ref, got = _checkpoint_weights(reference), _checkpoint_weights(run)
     for name in ref:
         np.testing.assert_allclose(got[name], ref[name], atol=1e-6, err_msg=name)
@@ -129,20 +116,20 @@ def test_sigterm_saves_and_exits_143(toy_data, tmp_path):
     run = str(tmp_path / "term")
     proc = subprocess.Popen(_tpu_cmd(toy_data, run, "--num_train_steps=100000", "--iterations_per_loop=1",
                                      "--save_checkpoints_steps=2"),
-                            cwd=REPO, env=_env(TOY_SLOW_INPUT="0.2"), stdout=subprocess.PIPE,
+                            cwd=REPO, env=cli_env(TOY_SLOW_INPUT="0.2"), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     wait_until(lambda: recorded_step(run) >= 2, f"ckpt-2 recorded in {run}", [proc], timeout=120)
     proc.send_signal(signal.SIGTERM)
     stdout, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 143, stderr[-3000:]
-    out = _final(stdout)
+    out = final_figures(stdout)
     assert out["preempted"] and tf.train.latest_checkpoint(run).endswith(f"ckpt-{out['step']}")
 
 
 def test_use_tpu_refuses_local_paths_with_one_line(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "textrain.trainers.train_tpu", "--use_tpu", "--tpu=my-tpu",
                            "--problem=bert_pretrain", f"--data_dir={tmp_path}", "--model=bert",
-                           "--model_dir=gs://bucket/run"], cwd=REPO, env=_env(), capture_output=True, text=True,
+                           "--model_dir=gs://bucket/run"], cwd=REPO, env=cli_env(), capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 1
     errors = [line for line in proc.stderr.splitlines() if "error:" in line or line.startswith("textrain")]
@@ -203,7 +190,7 @@ def _one_error_line(proc) -> str:
 
 def test_use_tpu_without_a_tpu_name_is_one_line():
     proc = subprocess.run([sys.executable, "-m", "textrain.trainers.train_tpu", "--use_tpu", "--problem=bert_pretrain",
-                           "--data_dir=gs://b/data", "--model=bert", "--model_dir=gs://b/run"], cwd=REPO, env=_env(),
+                           "--data_dir=gs://b/data", "--model=bert", "--model_dir=gs://b/run"], cwd=REPO, env=cli_env(),
                           capture_output=True, text=True, timeout=120)
     assert _one_error_line(proc).startswith("textrain-train-tpu: error: --use_tpu needs --tpu=NAME")
 
@@ -211,7 +198,7 @@ def test_use_tpu_without_a_tpu_name_is_one_line():
 @pytest.mark.parametrize("flag", ["--input_mode=host", "--nojit_compile"])
 def test_a_flag_the_tpu_preset_would_override_is_refused(toy_data, tmp_path, flag):
     proc = subprocess.run(_tpu_cmd(toy_data, str(tmp_path / "run"), "--num_train_steps=2", flag), cwd=REPO,
-                          env=_env(), capture_output=True, text=True, timeout=120)
+                          env=cli_env(), capture_output=True, text=True, timeout=120)
     name = flag.lstrip("-").split("=")[0].removeprefix("no")
     assert f"--{name}=" in _one_error_line(proc) and "textrain-train-tpu runs with" in proc.stderr
 
@@ -220,7 +207,7 @@ def test_a_flag_the_tpu_preset_would_override_is_refused(toy_data, tmp_path, fla
 def test_train_gpu_refuses_the_tpu_naming_textrain_train_tpu(toy_data, tmp_path, flag):
     proc = subprocess.run([sys.executable, "-m", "textrain.trainers.train_gpu", flag, f"--usr_dir={USR}",
                            "--problem=usr_toy_problem", f"--data_dir={toy_data}", "--model=usr_toy_model",
-                           f"--model_dir={tmp_path / 'run'}", "--num_train_steps=2"], cwd=REPO, env=_env(),
+                           f"--model_dir={tmp_path / 'run'}", "--num_train_steps=2"], cwd=REPO, env=cli_env(),
                           capture_output=True, text=True, timeout=120)
     line = _one_error_line(proc)
     assert line.startswith(f"textrain-train-gpu: error: {flag}:") and "textrain-train-tpu" in line

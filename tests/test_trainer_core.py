@@ -17,6 +17,7 @@ import time
 
 import numpy as np
 import pytest
+from helpers import cli_env
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -328,29 +329,25 @@ def _script(*args: str) -> list[str]:
     return [sys.executable, os.path.abspath(__file__), *args]
 
 
-def _env() -> dict:
-    return dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=REPO)
-
-
 @pytest.mark.slow
 def test_kill_minus_9_then_restart_continues_from_the_last_checkpoint(tmp_path):
     paths = write_records(str(tmp_path / "data"))
     run = str(tmp_path / "run")
     args = ("run", run, ",".join(paths), "12", "0.2")
-    proc = subprocess.Popen(_script(*args), env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(_script(*args), env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     wait_until(lambda: recorded_step(run) >= 4, f"ckpt-4 recorded in {run}", [proc], timeout=60)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert proc.returncode == -signal.SIGKILL
     last = tf.train.latest_checkpoint(run)
     assert last and int(last.rsplit("-", 1)[1]) < 12
-    done = subprocess.run(_script(*args), env=_env(), capture_output=True, text=True, timeout=120)
+    done = subprocess.run(_script(*args), env=cli_env(), capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert out["restored_from"] == last and out["step"] == 12
     # The uninterrupted reference runs in a fresh process too: in this pytest process another test may
     # have set TF's global seed, which changes what the seeded shuffle draws.
-    ref = subprocess.run(_script("run", str(tmp_path / "ref"), ",".join(paths), "12", "0"), env=_env(),
+    ref = subprocess.run(_script("run", str(tmp_path / "ref"), ",".join(paths), "12", "0"), env=cli_env(),
                          capture_output=True, text=True, timeout=120)
     assert ref.returncode == 0, ref.stderr[-2000:]
     reference = json.loads(ref.stdout.strip().splitlines()[-1])["weights"]
@@ -362,7 +359,7 @@ def test_kill_minus_9_then_restart_continues_from_the_last_checkpoint(tmp_path):
 def test_sigterm_saves_then_exits(tmp_path):
     paths = write_records(str(tmp_path / "data"))
     run = str(tmp_path / "run")
-    proc = subprocess.Popen(_script("run", run, ",".join(paths), "100000", "0.2"), env=_env(),
+    proc = subprocess.Popen(_script("run", run, ",".join(paths), "100000", "0.2"), env=cli_env(),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     wait_until(lambda: recorded_step(run) >= 2, f"ckpt-2 recorded in {run}", [proc], timeout=60)
     proc.send_signal(signal.SIGTERM)

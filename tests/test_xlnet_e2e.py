@@ -30,6 +30,7 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
+from helpers import cli_env
 
 from textrain.framework.problem import DataParams
 from textrain.models import xlnet
@@ -298,12 +299,6 @@ def test_cli_refuses_a_replica_count_other_than_the_datas_cores(data, tmp_path, 
 
 
 # ------------------------------------------------------------------------------- the real processes
-def _env() -> dict:
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=REPO)
-    env.pop("TF_CONFIG", None)
-    return env
-
-
 PROGRESS = re.compile(r"step (\d+)/\d+ \| loss ([0-9.]+) .*?([0-9.]+) steps/s \| ([0-9.]+) ex/s")
 
 
@@ -327,7 +322,7 @@ def test_datagen_then_train_gpu_cli_learns_from_context(tmp_path):
     gen = subprocess.run([sys.executable, "-m", "textrain.framework.datagen", "--problem=xlnet_pretrain",
                           f"--data_dir={data_dir}", f"--tmp_dir={tmp_path}", f"--input_file={EMMA}",
                           "--vocab_size=500", "--num_shards=2", *DATA_FLAGS],
-                         cwd=REPO, env=_env(), capture_output=True, text=True, timeout=300)
+                         cwd=REPO, env=cli_env(), capture_output=True, text=True, timeout=300)
     assert gen.returncode == 0, gen.stderr[-3000:]
     assert os.path.exists(os.path.join(data_dir, "xlnet_pretrain", "spiece.model"))
 
@@ -341,7 +336,7 @@ def test_datagen_then_train_gpu_cli_learns_from_context(tmp_path):
              f"--num_train_steps={steps}", "--num_warmup_steps=50", "--learning_rate=1e-3",
              f"--iterations_per_loop={every}", f"--log_steps={every}", f"--save_checkpoints_steps={steps // 2}",
              "--seed=1", *[f for f in DATA_FLAGS if "bsz_per_host" not in f]]  # agreeing flags are accepted
-    proc = subprocess.run(train, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(train, cwd=REPO, env=cli_env(), capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "MirroredStrategy" in proc.stderr
     progress = [(int(s), float(loss), float(sps), float(eps)) for s, loss, sps, eps in PROGRESS.findall(proc.stderr)]
@@ -364,7 +359,7 @@ def test_datagen_then_train_gpu_cli_learns_from_context(tmp_path):
 
     # A flag that disagrees with the data, as a real process: exit 1, one clear line, no traceback.
     bad_cmd = [f"--model_dir={tmp_path / 'bad'}" if arg == f"--model_dir={run}" else arg for arg in train]
-    bad = subprocess.run([*bad_cmd, "--reuse_len=16"], cwd=REPO, env=_env(), capture_output=True, text=True,
+    bad = subprocess.run([*bad_cmd, "--reuse_len=16"], cwd=REPO, env=cli_env(), capture_output=True, text=True,
                          timeout=300)
     assert bad.returncode == 1
     assert "textrain-train-gpu: error:" in bad.stderr and "reuse_len: the command line says 16" in bad.stderr
