@@ -105,7 +105,7 @@ class WordContinuation:
             all_runs.extend(runs)
         run_ids = _encode(self.encoder, all_runs) if all_runs else []
         out = []
-        for (first, runs, flags), line_ids in zip(per_line, ids):
+        for (first, _runs, flags), line_ids in zip(per_line, ids):
             mask = np.zeros(len(line_ids), dtype=bool)
             if flags:
                 pos, ok = 0, True

@@ -540,6 +540,6 @@ def test_an_hf_directory_is_a_model_config(family, arch):
     config = config[0] if isinstance(config, tuple) else config
     width = hf.get("hidden_size") or hf.get("d_model")
     depth = hf.get("num_hidden_layers") or hf.get("n_layer")
-    got = (getattr(config, "hidden_size", None) or getattr(config, "d_model"),
-           getattr(config, "num_hidden_layers", None) or getattr(config, "n_layer"))
+    got = (getattr(config, "hidden_size", None) or config.d_model,
+           getattr(config, "num_hidden_layers", None) or config.n_layer)
     assert got == (width, depth)

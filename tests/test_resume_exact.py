@@ -186,7 +186,7 @@ def test_xlnet_on_two_workers_kill_minus_9_and_resume_equals_the_uninterrupted_r
     assert last < STEPS
     resumed = _finish(_two_workers(train(killed)))
 
-    for (_, want), (stdout, got) in zip(ref, resumed):
+    for (_, want), (_stdout, got) in zip(ref, resumed):
         losses = _losses(got)
         assert sorted(losses) == list(range(last + 1, STEPS + 1))
         assert {s: _losses(want)[s] for s in losses} == losses
