@@ -2,7 +2,7 @@
 
 A problem turns raw text into sharded TFRecords (`generate_*` side, driven by framework/generator.py)
 and reads them back as a `tf.data.Dataset` (`example_reading_spec` / `preprocess_example` / `dataset`
-side). See docs/CONTRACTS.md for the exact signatures and ../shared/DESIGN.md §2 for the rules.
+side). See docs/CONTRACTS.md for the exact signatures and docs/DESIGN.md §2 for the rules.
 
 Decisions:
 - Settings are validated on construction (framework.settings.validate_settings), before any work.

@@ -8,7 +8,7 @@ checkpoints are those of tf.keras Dense.
 
 On a training step's activations (`fused.fusable`) the bias is added by `matmul_bias`, whose bias
 gradient is one column-sum GEMV (`fused.column_sums`) instead of TensorFlow's BiasAddGrad: 2.5 vs 3.5 ms
-on a `[4096, 3072]` bf16 gradient, 0.47 vs 0.76 ms on `[4096, 768]` (benchmarks/README.md).
+on a `[4096, 3072]` bf16 gradient, 0.47 vs 0.76 ms on `[4096, 768]` (docs/HISTORY.md).
 The forward ops are the same MatMul and BiasAdd, which oneDNN still fuses into one kernel. Only where no
 accelerator is visible (`fused.cpu_only`): a GPU's float32 GEMV may run in TF32, which rounds its inputs.
 """

@@ -91,7 +91,7 @@ class TransformerEmbeddings(tf.keras.layers.Layer):
         `x` of any rank is flattened to `[rows, width]` for ONE 2-D matmul and reshaped back. A rank-3
         `x` times the rank-2 table is a broadcasting BatchMatMul, whose gradient for the table is a
         `[batch, vocab, width]` product summed over the batch: at BERT-base (batch 32, vocab 30522) that
-        is a 3 GB temporary and ~4 s of a 2-layer step on 2 cores (profile, benchmarks/README.md).
+        is a 3 GB temporary and ~4 s of a 2-layer step on 2 cores (profile, docs/HISTORY.md).
         Same products, same sums: the values do not change."""
         table = tf.cast(self.word_embeddings, x.dtype)
         if x.shape.rank == 2:

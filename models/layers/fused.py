@@ -1,6 +1,6 @@
 """Elementwise chains fused by XLA, matmuls left to TensorFlow's own kernels (oneDNN on CPU).
 
-Why. Profiling a BERT-base training step (benchmarks/README.md, "Training step") shows the matmuls near
+Why. Profiling a BERT-base training step (docs/HISTORY.md, "Benchmark history") shows the matmuls near
 the machine's matmul peak and the rest of the time in chains of elementwise ops (GELU and its gradient,
 LayerNorm and its gradient, the masked softmax), where TensorFlow runs one kernel per op and each
 reads and writes a full activation tensor. Compiling the WHOLE model with XLA on a CPU is slower (its dots
@@ -14,7 +14,7 @@ Decisions:
   float rounding (tests/test_layers.py compares both).
 - bf16 (mixed precision): each fused loop reads and writes bf16 but computes in float32 and rounds once
   (`in_float32`, the LayerNorm and softmax statistics). XLA's CPU code for bf16 arithmetic converts around
-  every op: the bf16 GELU loop took 93 CPU-ms where the float32-inside one takes 36 (benchmarks/README.md).
+  every op: the bf16 GELU loop took 93 CPU-ms where the float32-inside one takes 36 (docs/HISTORY.md).
   The post-LN sub-layer output LN(x + dropout(y)) and attention's softmax + dropout are one
   compiled function each way; bf16 LayerNorm gradients take gamma/beta's column sums as oneDNN GEMVs
   (`column_sums`), and so do the Dense layers' bias gradients (models/layers/dense.py).
@@ -22,7 +22,7 @@ Decisions:
   ones) and `row_max` (a halving tree): XLA's CPU backend fuses a dot with the elementwise ops feeding it,
   but writes the whole input of a reduce to memory first. Inside one compiled function nothing
   activation-sized is then written in float32 (BERT-base bf16: LayerNorm forward 3.8 -> 2.3 ms, backward
-  5.9 -> 3.7, softmax + dropout backward 5.8 -> 3.7; benchmarks/README.md).
+  5.9 -> 3.7, softmax + dropout backward 5.8 -> 3.7; docs/HISTORY.md).
 - Attention's head split and merge (`swap_middle_axes`) are XLA transposes, the query scale folded in.
 - Fused only when the tensor's shape is fully known and holds at least `FUSE_MIN_SIZE` elements: a
   training step's activations. Small or dynamically shaped tensors (unit tests, eager calls, exported
@@ -35,7 +35,7 @@ Decisions:
   backward pass recomputes the same decisions from the seed. The seed is drawn from the layer's Keras
   seed generator exactly as `keras.layers.Dropout` draws its own, so runs are reproducible and every call
   gets fresh decisions. Why not TensorFlow's random ops: Philox filling a float tensor cost ~5 % of a
-  BERT-base fp32 step on the CPU (benchmarks/README.md), and XLA's own RNG on a CPU is ~50x slower still.
+  BERT-base fp32 step on the CPU (docs/HISTORY.md), and XLA's own RNG on a CPU is ~50x slower still.
   The hash (one round of a 32-bit integer mixer over `index * odd key + key`) is not cryptographic; dropout
   needs only independent Bernoulli(1 - rate) decisions, and tests check their rate and independence across
   positions and calls. A second mixer round cost ~1 ms more per 6.3 M elements (BERT-base: ~300 M a step).
@@ -77,7 +77,7 @@ def in_float32(fn):
 # input out in full (float32 for a bf16 chain) and reads it back, often twice (a reduce-window pass, then
 # the reduce). A dot, though, takes its elementwise producer into its own loop. So inside the fused
 # functions a row sum is a matrix-vector product with ones, and a row max a halving tree of elementwise
-# maxima (one loop). Measured on this project's 2-core CPU (benchmarks/README.md): sum(x * x)
+# maxima (one loop). Measured on this project's 2-core CPU (docs/HISTORY.md): sum(x * x)
 # over [4096, 768] float32 0.53 vs 2.39 ms, a masked row max over [32, 12, 128, 128] bf16 1.2 vs 4.0 ms.
 def cpu_only() -> bool:
     """True when no GPU or TPU is visible (checked when a function is traced). Only XLA's CPU backend needs the
@@ -145,7 +145,7 @@ def column_sums(t: tf.Tensor) -> tf.Tensor:
 def _ln_backward_narrow(x, gamma, mean, rstd, dy):
     """`layer_norm_backward` for bf16/fp16 x: the row-wise loop fused, then the gamma/beta column sums by
     `column_sums`. XLA's CPU code for a bf16 column reduction in the same loop cost 2.5x the row-wise part
-    (17 vs 7 CPU-ms at [4096, 768], benchmarks/README.md); float32 keeps the single loop."""
+    (17 vs 7 CPU-ms at [4096, 768], docs/HISTORY.md); float32 keeps the single loop."""
     dx, dy_xhat = _ln_backward_rows_xla(x, gamma, mean, rstd, dy)
     # dy is exact in its narrow dtype (so is its GEMV, accumulating in float32); dy * xhat stays float32.
     return dx, tf.cast(column_sums(dy_xhat), gamma.dtype), tf.cast(column_sums(dy), gamma.dtype)
@@ -269,7 +269,7 @@ def swap_middle_axes(x: tf.Tensor, scale: float | None = None) -> tf.Tensor:
     """`tf.transpose(x, [0, 2, 1, 3])` (times `scale` in x's dtype, if given): attention's split and merge
     of heads. On a fusable rank-4 tensor it is one XLA loop each way, the scale folded in: XLA's CPU
     transpose is about twice as fast as TensorFlow's (0.61 vs 1.48 ms on [32, 128, 12, 64] bf16,
-    benchmarks/README.md), and the scaling is no separate pass. Same values either way."""
+    docs/HISTORY.md), and the scaling is no separate pass. Same values either way."""
     if not (fusable(x) and x.shape.rank == 4):
         return _swap_middle_axes(x, scale)
     factor = None if scale is None else tf.constant(scale, tf.float32)
