@@ -247,7 +247,7 @@ def test_train_gpu_do_eval_reports_pretraining_metrics_on_dev(tmp_path):
     data, run = tmp_path / "data", tmp_path / "run"
     gen = subprocess.run([sys.executable, "-m", "textrain.framework.datagen", "--problem=bert_pretrain", f"--input_file={EMMA}",
                           f"--data_dir={data}", "--vocab_size=600", "--max_seq_length=32", "--max_predictions_per_seq=5",
-                          "--dev_fraction=0.1", "--dupe_factor=1"], cwd=REPO, env=cli_env(), capture_output=True, text=True)
+                          "--dev_fraction=0.2", "--dupe_factor=1"], cwd=REPO, env=cli_env(), capture_output=True, text=True)
     assert gen.returncode == 0, gen.stderr[-2000:]
     proc = subprocess.run([sys.executable, "-m", "textrain.trainers.train_gpu", "--problem=bert_pretrain", "--model=bert",
                            "--model_size=tiny", f"--data_dir={data}", f"--model_dir={run}", "--max_seq_length=32",
