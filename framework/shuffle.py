@@ -31,6 +31,7 @@ import json
 import os
 import re
 import struct
+import threading
 from typing import Iterable, Iterator
 
 from absl import logging
@@ -297,26 +298,38 @@ class GroupedTexts:
         return iter(self.documents)
 
 
-_ACTIVE: list[Spills | GroupedTexts] = []
+class _Reading(threading.local):
+    """The spills each thread's shard job reads from. Per thread, because an engine runs several shard jobs at
+    once in one process (Beam's DirectRunner with direct_num_workers > 1): a process-wide stack handed one
+    job another job's documents."""
+
+    def __init__(self) -> None:
+        self.stack: list[Spills | GroupedTexts] = []
+
+
+_READING = _Reading()
 
 
 @contextlib.contextmanager
 def reading_spills(spills: Spills | GroupedTexts | None) -> Iterator[None]:
-    """Within the block, `shard_texts` reads from `spills` (the shard jobs of every runner)."""
+    """Within the block, `shard_texts` called on this thread reads from `spills` (the shard jobs of every
+    runner)."""
     if spills is None:
         yield
         return
-    _ACTIVE.append(spills)
+    stack = _READING.stack
+    stack.append(spills)
     try:
         yield
     finally:
-        _ACTIVE.remove(spills)
+        stack.pop()
 
 
 def shard_texts(corpus_spec: DocumentCorpus, split: str, shard: int, num_shards: int) -> Iterator[str]:
     """The documents of one shard, as raw texts in corpus order: THE way a problem's shard job gets them."""
-    if _ACTIVE:
-        yield from _ACTIVE[-1].texts(split, shard)
+    stack = _READING.stack
+    if stack:
+        yield from stack[-1].texts(split, shard)
         return
     shards = {split: num_shards}
     for text in all_texts(corpus_spec):

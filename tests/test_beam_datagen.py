@@ -101,6 +101,15 @@ def test_tfds_form_of_pipeline_options_runs(beam, local_dir, tmp_path):
 
 
 @pytest.mark.slow
+def test_shard_jobs_on_threads_of_one_process_give_the_same_shards(beam, local_dir, tmp_path):
+    """The multi-threaded DirectRunner runs several shard jobs at once in one process: each must still read
+    only its own documents (a process-wide 'current shard' once handed one job another's)."""
+    threads = "--runner=DirectRunner --direct_num_workers=4 --direct_running_mode=multi_threading"
+    run_datagen(tmp_path, "--runner=beam", f"--beam_pipeline_options={threads}")
+    assert shard_hashes(tmp_path) == shard_hashes(local_dir)
+
+
+@pytest.mark.slow
 def test_killed_pipeline_leaves_no_manifest_and_a_rerun_completes(beam, tmp_path):
     # More and bigger shards than the other tests: a shard of the 6-shard setting is written in tens of
     # milliseconds, so every shard could be done before the kill. The reference is a local run of the same.

@@ -502,3 +502,33 @@ def test_csv_pyarrow_and_csv_module_give_the_same_records(tmp_path):
         alone = records(corpus_formats.delimited._csv_python_batches(path, ("text", "id"), delimiter))
         assert both == alone, name
         assert alone and (name != "short_row.csv" or ("bad", "line 3", "no field 'text'") in alone[1])
+
+
+def test_concurrent_shard_jobs_each_read_their_own_documents():
+    """An engine may run several shard jobs at once in one process (Beam's DirectRunner with
+    direct_num_workers=2 runs them on threads): each job must read the documents it was handed, whatever
+    the other threads are doing in between."""
+    import threading
+
+    from textrain.framework import shuffle
+
+    spec = shuffle.DocumentCorpus(paths=("unused",))
+    both_inside = threading.Barrier(2, timeout=30)
+    seen: dict[int, list[str] | str] = {}
+
+    def job(shard: int) -> None:
+        mine = shuffle.GroupedTexts("train", shard, (f"document of shard {shard}",))
+        with shuffle.reading_spills(mine):
+            both_inside.wait()  # the other job has entered its block too before either reads
+            try:
+                seen[shard] = list(shuffle.shard_texts(spec, "train", shard, 2))
+            except ValueError as e:
+                seen[shard] = str(e)
+            both_inside.wait()  # neither leaves before both have read
+
+    threads = [threading.Thread(target=job, args=(s,)) for s in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert seen == {0: ["document of shard 0"], 1: ["document of shard 1"]}

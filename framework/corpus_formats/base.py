@@ -10,6 +10,7 @@ import io
 import json
 import json.scanner
 import os
+import threading
 import zlib
 from typing import Any, Callable, Iterator
 
@@ -30,9 +31,16 @@ _SHOWN_BAD = 5           # bad records named in the warning
 _MAX_UNITS = 256         # units of work per Parquet/Arrow file (row groups are grouped past that)
 
 
-# The files this datagen run rendered each structured file to: {(path, read options): its units' files}
-# (set by rendering.reading_rendered; corpus_files hands them to the CorpusFiles it makes).
-_RENDERED: dict[tuple[str, ReadOptions], tuple[str, ...]] = {}
+class _RenderedFiles(threading.local):
+    """The files this datagen run rendered each structured file to: {(path, read options): its units' files}
+    (set by rendering.reading_rendered; corpus_files hands them to the CorpusFiles it makes). Per thread:
+    an engine runs several shard jobs at once in one process."""
+
+    def __init__(self) -> None:
+        self.files: dict[tuple[str, ReadOptions], tuple[str, ...]] = {}
+
+
+_RENDERED = _RenderedFiles()
 
 
 class FormatError(UserError, ValueError):
@@ -134,7 +142,7 @@ def corpus_files(paths: list[str], options: ReadOptions) -> list[str]:
         if fmt == "tsv" and options.layout == "table" and options.input_format == "auto":
             fmt = "text"  # a .tsv of classification rows: the problem's own TSV reader reads it as it is
         resolved = dataclasses.replace(options, input_format=fmt)
-        out.append(CorpusFile(path, resolved, _RENDERED.get((str(path), resolved), ())))
+        out.append(CorpusFile(path, resolved, _RENDERED.files.get((str(path), resolved), ())))
     return out
 
 

@@ -123,13 +123,11 @@ def renderings(units: list[RenderUnit]) -> dict[tuple[str, ReadOptions], tuple[s
 def reading_rendered(rendered: dict[tuple[str, ReadOptions], tuple[str, ...]]) -> Iterator[None]:
     """Within it, `corpus_files` gives each file that datagen rendered its rendered files
     (`CorpusFile.rendered`): the readers read those, not the source (a shard job's setting)."""
-    old = dict(_RENDERED)
-    _RENDERED.clear()
-    _RENDERED.update(rendered)
+    old = _RENDERED.files
+    _RENDERED.files = dict(rendered)
     try:
         yield
     finally:
-        _RENDERED.clear()
-        _RENDERED.update(old)
+        _RENDERED.files = old
 
 
