@@ -14,14 +14,14 @@ Decisions:
   pretraining heads allowed to stay unused.
 - Faults (trainers/checkpoint_checks.py, trainers/nonfinite.py): the chief locks model_dir and removes
   `ckpt-N_temp*` folders of interrupted saves; a checkpoint in model_dir or an init_checkpoint that does
-  not fit the model is refused, listing the variables, before anything is restored; non-finite steps
+  not fit the model is refused, listing the variables, before anything is restored, and so is a resume with
+  another global batch size (the checkpoint records the size beside the iterator); non-finite steps
   say whether the loss or the gradient norm was non-finite; a run whose steps were mostly skipped fails.
 """
 from __future__ import annotations
 
 import logging
 import os
-import re
 
 import tensorflow as tf
 
@@ -60,6 +60,10 @@ class TrainerCheckpoints:
             self._layout_var = tf.Variable([self.layout.num_pipelines, self.layout.num_replicas], dtype=tf.int64,
                                            trainable=False)
         objects["pipeline_layout"] = self._layout_var
+        if cfg.global_batch_size:
+            # Read back before the iterator is restored: its saved batches have the size it was saved with.
+            with tf.device("/cpu:0"):
+                objects["global_batch_size"] = tf.Variable(cfg.global_batch_size, dtype=tf.int64, trainable=False)
         rng = seed_states(self.model)
         if rng:
             objects["rng"] = rng
@@ -112,6 +116,7 @@ class TrainerCheckpoints:
         latest = tf.train.latest_checkpoint(self.config.model_dir)
         if latest:
             checkpoint_checks.check_model_dir_checkpoint(latest, self.model, self.config.model_dir)
+            self._refuse_other_batch_size(latest)
             status = self._checkpoint_for(latest).restore(latest).assert_existing_objects_matched()
             if self._moved_from is not None:
                 status.expect_partial()  # the old topology's iterator and memories stay unread
@@ -134,6 +139,8 @@ class TrainerCheckpoints:
         if absent:
             log.warning("%s holds no %s (written by an earlier textrain): restored without, so the resumed run "
                         "is close to, not equal to, an uninterrupted one", path, " or ".join(absent))
+        if "global_batch_size" in self._checkpoint_objects and "global_batch_size" not in saved:
+            absent.append("global_batch_size")  # recorded for the check only: nothing to restore
         if self._moved_from is not None:
             absent += [k for k in ("iterator", "replica_state") if k in self._checkpoint_objects and k not in absent]
         if not absent:
@@ -179,19 +186,23 @@ class TrainerCheckpoints:
         else:
             log.warning("no input-pipeline checkpoint %s: this worker's data starts from the beginning", path)
 
-    def _refuse_other_batch_size(self, error: tf.errors.InvalidArgumentError, first_loop: bool) -> None:
-        """A restored input iterator holds batches of the size it was saved with; a resume with another batch
-        size meets them at the first step (TensorFlow's `Incompatible shapes ... expected [4,..] but got [8,..]`).
-        Refused in one line naming both sizes: the iterator's position cannot be re-derived for another size."""
-        found = re.search(r"Incompatible shapes at component \d+: expected \[(\d+)[,\]].* but got \[(\d+)[,\]]",
-                          str(error))
-        if not (first_loop and found and self.restored_from and self.restored_from != self.config.init_checkpoint):
+    def _refuse_other_batch_size(self, latest: str) -> None:
+        """A saved input iterator holds batches of the size it was saved with, and its position cannot be
+        re-derived for another size: a resume with another global batch size is refused in one line naming
+        both, before anything is restored."""
+        restores_iterator = self._moved_from is None and (
+            "iterator" in self._checkpoint_objects or self._input_manager is not None)
+        if not (restores_iterator and "global_batch_size" in self._checkpoint_objects):
             return
-        now, saved = int(found.group(1)), int(found.group(2))
-        scale = self.config.global_batch_size // now if self.config.global_batch_size and now else 1
-        raise UserError(f"--model_dir={self.config.model_dir} was trained with batch size {saved * scale} "
-                        f"({self.restored_from}); this run's is {now * scale}: resume with the batch size it was "
-                        f"saved with, or start a new --model_dir") from None
+        try:
+            saved = int(tf.train.load_variable(latest, "global_batch_size/.ATTRIBUTES/VARIABLE_VALUE"))
+        except (tf.errors.NotFoundError, ValueError):
+            return  # an earlier textrain's checkpoint: it did not record the size
+        now = self.config.global_batch_size
+        if saved != now:
+            raise UserError(f"--model_dir={self.config.model_dir} was trained with batch size {saved} ({latest}); "
+                            f"this run's is {now}: resume with the batch size it was saved with, or start a new "
+                            f"--model_dir")
 
     def _load_init_checkpoint(self, path: str) -> None:
         if isinstance(self.model, FinetuneModel):  # encoder only, head fresh

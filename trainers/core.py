@@ -308,9 +308,6 @@ class Trainer(TrainerCheckpoints):
                 except tf.errors.OutOfRangeError:
                     log.warning("input exhausted at step %d; stopping", int(self.step.numpy()))
                     break
-                except tf.errors.InvalidArgumentError as e:
-                    self._refuse_other_batch_size(e, step == start_step)
-                    raise
                 elapsed = max(time.time() - t0, 1e-9)
                 step = int(self.step.numpy())
                 done, skipped = int(done), int(skipped)
