@@ -75,7 +75,7 @@ def token_terms(logits: tf.Tensor, label_ids: tf.Tensor, example_weights: tf.Ten
     correct = _f32(tf.equal(tf.argmax(logits, -1, output_type=tf.int32), safe))
     count = tf.reduce_sum(weights)
     return ({"tagging": Term(tf.reduce_sum(ce * weights), count)},
-            {"token_accuracy": Term(tf.reduce_sum(correct * weights), count)})
+            {"accuracy": Term(tf.reduce_sum(correct * weights), count)})
 
 
 class TaggerModel(EncoderFinetuneModel):
