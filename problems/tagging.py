@@ -508,3 +508,7 @@ class TaggingProblem(FinetuneTask):
 
     def serving_labels(self, data_dir: str) -> list[str]:
         return self.label_list(data_dir)
+
+    def serving_doc_stride(self, data_dir: str) -> int:
+        self.bind_data(data_dir)
+        return int(self.hparams.doc_stride)
