@@ -188,28 +188,27 @@ def scheme_error(tags: Sequence[str], scheme: str) -> tuple[int, str] | None:
     """(word, why) of the first tag that breaks `scheme` in one sentence, or None."""
     if scheme == "none":
         return None
-    prefixes = {"bio": "BI", "iob1": "BI", "iobes": "BIES"}[scheme]
+    prefixes = {"bio": ("B", "I"), "iob1": ("B", "I"), "iobes": ("B", "I", "E", "S")}[scheme]
     prev, prev_type = "O", ""
     for i, tag in enumerate(tags):
+        after = repr(tags[i - 1]) if i else "the sentence start"
         prefix, _, kind = tag.partition("-")
         if tag == "O":
             prefix, kind = "O", ""
         elif prefix not in prefixes or not kind:
             return i, f"tag {tag!r} is neither O nor {'/'.join(prefixes)}-TYPE"
-        inside = prev in "BI" and prev_type == kind  # the word continues an open chunk of its type
+        inside = prev in ("B", "I") and prev_type == kind  # the word continues an open chunk of its type
         if scheme == "bio" and prefix == "I" and not inside:
-            return i, f"{tag!r} follows {tags[i - 1] if i else 'the sentence start'!r} (bio: I-X continues B-X or I-X)"
-        if scheme == "iob1" and prefix == "B" and not (prev in "BI" and prev_type == kind):
-            return i, f"{tag!r} follows {tags[i - 1] if i else 'the sentence start'!r} (iob1: B-X only right after a X chunk)"
+            return i, f"{tag!r} follows {after} (bio: I-X continues B-X or I-X)"
+        if scheme == "iob1" and prefix == "B" and not (prev in ("B", "I") and prev_type == kind):
+            return i, f"{tag!r} follows {after} (iob1: B-X only right after a X chunk)"
         if scheme == "iobes":
-            if prefix in "IE" and not inside:
-                return i, f"{tag!r} follows {tags[i - 1] if i else 'the sentence start'!r} (iobes: I-/E-X continue B-X or I-X)"
-            if prev in "BI" and prefix not in "IE":
+            if prefix in ("I", "E") and not inside:
+                return i, f"{tag!r} follows {after} (iobes: I-/E-X continue B-X or I-X)"
+            if prev in ("B", "I") and prefix not in ("I", "E"):
                 return i, f"{tag!r} follows {tags[i - 1]!r} (iobes: B-X / I-X go on with I-X or E-X)"
-            if prefix in "IE" and prev_type != kind:
-                return i, f"{tag!r} follows {tags[i - 1]!r} of another type"
         prev, prev_type = prefix, kind
-    if scheme == "iobes" and prev in "BI":
+    if scheme == "iobes" and prev in ("B", "I"):
         return len(tags) - 1, f"the sentence ends inside a chunk ({tags[-1]!r}; iobes ends one with E- or S-)"
     return None
 
