@@ -371,3 +371,33 @@ def test_datagen_finetune_predict_and_export_end_to_end(tmp_path, vocab):
     for i, (words, _) in enumerate(dev_sentences):
         assert int(served["num_words"][i]) == len(words)
         assert [t.decode() for t in tags[i, :len(words)]] == predicted[i]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", ["electra", "xlnet"])
+def test_electra_and_xlnet_taggers_through_finetune(tmp_path, vocab, family):
+    """The records are made by the run itself (XLNet: SentencePiece, left-padded layout); windows of 8."""
+    rng = random.Random(5)
+    train = _write(tmp_path / "train.conll", _conll(_sentences(rng, 40, 0)))
+    dev_sentences = _sentences(rng, 6, 2)
+    dev = _write(tmp_path / "dev.conll", _conll(dev_sentences))
+    if family == "electra":
+        extra = ["--gin_param=finetune.model='electra_tagger'", f"--gin_param=finetune.vocab_file='{vocab}'",
+                 "--gin_param=finetune.model_overrides={'hidden_size': 32, 'num_hidden_layers': 2, "
+                 "'num_attention_heads': 2, 'intermediate_size': 64, 'embedding_size': 16}"]
+    else:
+        extra = ["--gin_param=finetune.model='xlnet_tagger'", f"--gin_param=finetune.sp_model='{SPIECE}'",
+                 "--gin_param=finetune.model_overrides={'n_layer': 2, 'd_model': 32, 'n_head': 2, 'd_head': 16, "
+                 "'d_inner': 64}"]
+    run = str(tmp_path / "run")
+    r = _cli("textrain.trainers.finetune", "--gin_file=tagging.gin", *extra,
+             f"--gin_param=finetune.problem_hparams={{'train_file': '{train}', 'dev_file': '{dev}', 'doc_stride': 3}}",
+             f"--gin_param=finetune.data_dir='{tmp_path / 'data'}'", f"--gin_param=finetune.model_dir='{run}'",
+             "--gin_param=finetune.max_seq_length=8", "--gin_param=finetune.num_train_steps=4",
+             "--gin_param=finetune.train_batch_size=8", "--gin_param=finetune.learning_rate=1e-3")
+    assert r.returncode == 0, r.stderr[-3000:]
+    results = json.load(open(os.path.join(run, "eval_results.json")))["dev"][-1]
+    assert 0 <= results["f1"] <= 1 and 0 <= results["token_accuracy"] <= 1
+    rows = [b.splitlines() for b in open(os.path.join(run, "predict_dev.conll"), encoding="utf-8").read().split("\n\n")
+            if b.strip()]
+    assert [[line.split()[0] for line in b] for b in rows] == [w for w, _ in dev_sentences]
