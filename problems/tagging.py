@@ -66,9 +66,12 @@ def setting(default, text: str, **kw):
 @dataclasses.dataclass
 class TaggingHParams:
     train_file: str = setting("", "tagging: train file, CoNLL columns or JSON Lines {tokens, tags} (by its name).")
-    dev_file: str = setting("", "tagging: dev file (evaluated; predict_dev.conll).")
-    test_file: str = setting("", "tagging: test file (optional, labelled; predicted).")
-    label_column: str = setting("", "tagging CoNLL files: 0-based index of the label column (empty: the last).")
+    dev_file: str = setting("", "tsv_classification: dev TSV (optional); tagging: dev file (evaluated; "
+                                  "predict_dev.conll).")
+    test_file: str = setting("", "tsv_classification: test TSV (optional; the label column may be "
+                                   "absent); tagging: test file (optional, labelled; predicted).")
+    label_column: str = setting("", "tsv_classification: label column (name, or 0-based index); tagging: "
+                                      "the CoNLL label column's 0-based index (empty: the last).")
     scheme: str = setting("bio", "tagging: tag scheme checked on every file: bio | iob1 (CoNLL-2003's original "
                                  "files) | iobes | none.", choices=SCHEMES)
     doc_stride: int = setting(64, "tagging: sub-tokens between the starts of two windows over a long sentence.",
