@@ -130,7 +130,7 @@ def _keyed_documents(part: shuffle.Partition, corpus: shuffle.DocumentCorpus, sh
     (partition, index in it), grouped per key so that a partition emits one element per shard."""
     groups: dict[tuple[str, int], list[tuple[int, int, str]]] = {}
     for i, text in enumerate(shuffle.partition_texts(corpus, part)):
-        groups.setdefault(shuffle.assign(text, corpus.dev_fraction, shards), []).append((part.index, i, text))
+        groups.setdefault(shuffle.assign_in(part, text, corpus, shards), []).append((part.index, i, text))
     yield from groups.items()
 
 

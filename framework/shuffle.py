@@ -52,6 +52,11 @@ class DocumentCorpus:
     on_bad_utf8: str = "error"
     dev_fraction: float = 0.0
     whole_files: bool = False  # a file's whole text is one document (no blank-line separation)
+    dev_paths: tuple[str, ...] = ()  # a dev split of its own files (then dev_fraction is 0)
+
+    def files(self) -> list[tuple[str, str | None]]:
+        """(path, the split its documents all go to; None: by their hash), in corpus order."""
+        return [(p, None) for p in self.paths] + [(p, SPLIT_EVAL) for p in self.dev_paths]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,6 +69,7 @@ class Partition:
     start: int = 0
     end: int | None = None  # None: the whole file
     part: tuple[int, int] | None = None  # Parquet row groups / Arrow record batches [start, stop)
+    split: str | None = None  # the split of a dev file's documents (None: by their hash)
 
     @property
     def byte_range(self) -> tuple[int, int] | None:
@@ -103,21 +109,21 @@ def _next_boundary(f, cut: int, size: int) -> int:
 def plan_partitions(corpus_spec: DocumentCorpus, partition_bytes: int) -> list[Partition]:
     """The corpus's partitions, in corpus order (see the module docstring)."""
     out: list[Partition] = []
-    for file_index, path in enumerate(corpus_spec.paths):
+    for file_index, (path, split) in enumerate(corpus_spec.files()):
         if _record_parts(path, corpus_spec.whole_files):
             base = len(out)
-            out.extend(Partition(base + i, file_index, path, part=part)
+            out.extend(Partition(base + i, file_index, path, part=part, split=split)
                        for i, part in enumerate(corpus_formats.parts_of(path)))
             continue
         size = fileio.stat(path).length if _splittable(path, corpus_spec.whole_files) else 0
         if size <= partition_bytes:
-            out.append(Partition(len(out), file_index, path))
+            out.append(Partition(len(out), file_index, path, split=split))
             continue
         with fileio.open_file(path, "rb") as f:
             start = 0
             while start < size:
                 end = size if size - start <= partition_bytes else _next_boundary(f, start + partition_bytes, size)
-                out.append(Partition(len(out), file_index, path, start, end))
+                out.append(Partition(len(out), file_index, path, start, end, split=split))
                 start = end
     return out
 
@@ -127,11 +133,18 @@ def document_key(text: str) -> str:
     return "\n".join(corpus.document_lines(text))
 
 
-def assign(text: str, dev_fraction: float, shards: dict[str, int]) -> tuple[str, int]:
-    """(split, shard) of a document: a hash of its text alone (module docstring)."""
+def assign(text: str, dev_fraction: float, shards: dict[str, int], split: str | None = None) -> tuple[str, int]:
+    """(split, shard) of a document: a hash of its text alone (module docstring); `split`: the split of
+    a dev file's documents, which only their shard is drawn for."""
     h = int.from_bytes(hashlib.blake2b(document_key(text).encode("utf-8"), digest_size=8).digest(), "little")
-    split = SPLIT_EVAL if dev_fraction > 0 and (h >> 11) / float(1 << 53) < dev_fraction else SPLIT_TRAIN
+    if split is None:
+        split = SPLIT_EVAL if dev_fraction > 0 and (h >> 11) / float(1 << 53) < dev_fraction else SPLIT_TRAIN
     return split, h % shards.get(split, 1)
+
+
+def assign_in(part: Partition, text: str, corpus_spec: DocumentCorpus, shards: dict[str, int]) -> tuple[str, int]:
+    """(split, shard) of a document of partition `part`."""
+    return assign(text, corpus_spec.dev_fraction, shards, part.split)
 
 
 def partition_texts(corpus_spec: DocumentCorpus, part: Partition,
@@ -186,7 +199,7 @@ def write_spill(corpus_spec: DocumentCorpus, part: Partition, shards: dict[str, 
     count = 0
     bad: list[tuple[str, str]] = []
     for text in partition_texts(corpus_spec, part, bad):
-        split, shard = assign(text, corpus_spec.dev_fraction, shards)
+        split, shard = assign_in(part, text, corpus_spec, shards)
         data = text.encode("utf-8")
         groups.setdefault(_group(split, shard), []).extend((_LENGTH.pack(len(data)), data))
         count += 1
@@ -319,17 +332,21 @@ def shard_texts(corpus_spec: DocumentCorpus, split: str, shard: int, num_shards:
         yield from _ACTIVE[-1].texts(split, shard)
         return
     shards = {split: num_shards}
-    for text in all_texts(corpus_spec):
-        if assign(text, corpus_spec.dev_fraction, shards) == (split, shard):
+    for part, text in _all_documents(corpus_spec):
+        if assign_in(part, text, corpus_spec, shards) == (split, shard):
             yield text
 
 
 def all_texts(corpus_spec: DocumentCorpus) -> Iterable[str]:
     """Every document of the corpus, in corpus order (bad records checked per file)."""
+    return (text for _, text in _all_documents(corpus_spec))
+
+
+def _all_documents(corpus_spec: DocumentCorpus) -> Iterator[tuple[Partition, str]]:
     parts = plan_partitions(corpus_spec, 1 << 62)
     bad: list[tuple[str, str]] = []
     for i, part in enumerate(parts):
-        yield from partition_texts(corpus_spec, part, bad)
+        yield from ((part, text) for text in partition_texts(corpus_spec, part, bad))
         if i + 1 == len(parts) or parts[i + 1].file_index != part.file_index:
             corpus_formats.check_bad_records([(part.path, bad)])
             bad = []
@@ -338,12 +355,13 @@ def all_texts(corpus_spec: DocumentCorpus) -> Iterable[str]:
 def plan_identity(corpus_spec: DocumentCorpus, parts: list[Partition], shards: dict[str, int]) -> dict:
     """What a spill directory was made for: a re-run keeps its finished spills only when this is equal."""
     files = []
-    for path in corpus_spec.paths:
+    for path, _ in corpus_spec.files():
         st = fileio.stat(path)
         files.append([str(path), st.length, getattr(st, "mtime_nsec", 0)])
-    return {"corpus": dataclasses.asdict(corpus_spec) | {"paths": [str(p) for p in corpus_spec.paths]},
+    return {"corpus": dataclasses.asdict(corpus_spec) | {"paths": [str(p) for p in corpus_spec.paths],
+                                                        "dev_paths": [str(p) for p in corpus_spec.dev_paths]},
             "files": files, "shards": shards,
-            "partitions": [[p.file_index, p.start, p.end] for p in parts]}
+            "partitions": [[p.file_index, p.start, p.end, p.split] for p in parts]}
 
 
 def prepare_directory(directory: str, identity: dict) -> None:
