@@ -31,6 +31,8 @@ import json
 import os
 import re
 import struct
+import threading
+import time
 from typing import Iterable, Iterator
 
 from absl import logging
@@ -226,10 +228,14 @@ def _claim_path(directory: str, part: Partition) -> str:
     return os.path.join(directory, f"part-{part.index:05d}.claim")
 
 
-def claim(directory: str, part: Partition) -> bool:
+DEFAULT_CLAIM_TIMEOUT_S = 600.0
+
+
+def claim(directory: str, part: Partition, timeout_s: float = DEFAULT_CLAIM_TIMEOUT_S) -> bool:
     """Take the partition for this process (tasks sharing a data_dir read each partition once): True when
-    it is ours to read, False when its spill exists or a live process holds it. A claim of a process of
-    this machine that died is taken over; one of another machine is trusted (that task is running)."""
+    it is ours to read, False when its spill exists or a live process holds it. A claim is taken over
+    when its holder is a dead process of this machine, or when it has not been renewed (`heartbeat`)
+    for `timeout_s` seconds: a task of another machine that died or hangs."""
     if fileio.exists(spill_path(directory, part)):
         return False
     path = _claim_path(directory, part)
@@ -239,10 +245,65 @@ def claim(directory: str, part: Partition) -> bool:
     holder = _read_json(path)
     if holder.get("host") == locks.HOST and holder.get("pid") == os.getpid():
         return True
-    if holder.get("host") != locks.HOST or locks.process_running(int(holder.get("pid") or 0)):
+    dead = holder.get("host") == locks.HOST and not locks.process_running(int(holder.get("pid") or 0))
+    age = _age(path)
+    if not dead and age <= timeout_s:
         return False
-    fileio.remove_if_exists(path)  # its holder died: take it over (of two takers at once, one creates it)
+    logging.warning("taking over %s of %s (%s)", path, f"pid {holder.get('pid')} on {holder.get('host')}",
+                    "no longer running" if dead else f"not renewed for {age:.0f}s > --claim_timeout_s={timeout_s:g}")
+    fileio.remove_if_exists(path)  # of two takers at once, one creates it
     return locks.create_file(path, mine) and not fileio.exists(spill_path(directory, part))
+
+
+def _age(path: str) -> float:
+    """Seconds since the file was last written (0 when it is gone: nothing to take over)."""
+    try:
+        return max(0.0, time.time() - fileio.stat(path).mtime_nsec / 1e9)
+    except (*fileio.not_found_errors(), *fileio.file_errors()):
+        return 0.0
+
+
+def _renew(path: str) -> None:
+    """Mark a claim alive: its mtime now (rewritten where a file system cannot set mtimes)."""
+    try:
+        if fileio.is_local(path):
+            os.utime(path)
+        else:
+            with fileio.open_file(path, "r") as f:
+                content = f.read()
+            with fileio.open_file(path, "w") as f:
+                f.write(content)
+    except (OSError, *fileio.not_found_errors(), *fileio.file_errors()):
+        pass  # taken over or removed: the spill is still written whole, atomically
+
+
+@contextlib.contextmanager
+def heartbeat(path: str, timeout_s: float) -> Iterator[None]:
+    """Renew the claim `path` every timeout_s / 4 seconds while the block runs (a thread: a partition's
+    read and its spill write run without pauses for it)."""
+    stop = threading.Event()
+
+    def beat() -> None:
+        while not stop.wait(max(timeout_s / 4, 0.05)):
+            _renew(path)
+
+    thread = threading.Thread(target=beat, name=f"claim {os.path.basename(path)}", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
+def spill_if_claimed(corpus_spec: DocumentCorpus, part: Partition, shards: dict[str, int], directory: str,
+                     timeout_s: float = DEFAULT_CLAIM_TIMEOUT_S) -> int | None:
+    """A partition job: read and spill the partition if this process claims it, renewing the claim while
+    it works; its document count, or None when another process has it."""
+    if not claim(directory, part, timeout_s):
+        return None
+    with heartbeat(_claim_path(directory, part), timeout_s):
+        return write_spill(corpus_spec, part, shards, directory)
 
 
 def _read_json(path: str) -> dict:
