@@ -75,7 +75,8 @@ def is_compressed(path: str) -> bool:
 
 
 def _open_binary(path: str) -> io.BufferedIOBase:
-    if corpus_formats.is_structured(path) or getattr(path, "rendered", ()):  # the text its records stand for
+    if corpus_formats.is_structured(path) or (isinstance(path, corpus_formats.CorpusFile) and path.rendered):
+        # the text its records stand for
         return corpus_formats.open_rendered(path)
     if path.endswith(".zst"):
         return corpus_formats.open_binary(path)
