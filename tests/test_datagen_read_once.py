@@ -1,0 +1,78 @@
+"""xlnet_pretrain datagen reads its corpus once, whatever the shard and task count, through the real
+`textrain-datagen`: the bytes its process tree reads (rchar, tests/tree_cost.py) less those of a run over
+a 20 KB corpus (imports, the SentencePiece model) stay near twice the corpus (its partitions once,
+the spill files once) at 2 or 16 shards, and for --num_tasks=4 run one after another (each task reads only
+the partitions it claims, then its shards' slices); the tasks' shards equal one task's.
+
+A shard job that reads the corpus itself (as xlnet_pretrain did: each worker or task scanned the corpus
+twice, to size the documents, then to read its contiguous ranges) reads ~2x the corpus per task: ~8x for
+four tasks."""
+from __future__ import annotations
+
+import glob
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from tree_cost import run_measured  # noqa: E402
+
+REPO = os.path.dirname(HERE)
+EMMA = os.path.join(HERE, "data", "austen_emma.txt")
+SP_MODEL = os.path.join(HERE, "data", "xlnet_spiece_1200.model")
+XLNET = ["--problem=xlnet_pretrain", f"--sp_model={SP_MODEL}", "--seq_len=64", "--reuse_len=32", "--num_predict=8",
+         "--bsz_per_host=4", "--num_core_per_host=1", "--partition_mb=0.5"]
+READ_BOUND = 2.5  # x the corpus: its partitions once, the spill files once, and some slack
+# Each task also reads ~64 KB at every partition cut (planning) and each spill's index once per shard of its:
+# ~0.25x of this small corpus cut into 0.5 MB partitions.
+TASKS_READ_BOUND = 3.5
+
+
+def write_corpus(path: str, copies: int = 10) -> int:
+    """Emma's non-blank lines grouped into documents of 3 + c lines in copy c (no document repeats)."""
+    with open(EMMA, encoding="utf-8") as f:
+        lines = [line.strip() for line in f if line.strip()]
+    with open(path, "w", encoding="utf-8") as out:
+        for c in range(copies):
+            size = 3 + c
+            for i in range(0, len(lines) - size, size):
+                out.write("\n".join(lines[i:i + size]) + "\n\n")
+    return os.path.getsize(path)
+
+
+def datagen(data_dir: str, corpus: str, *extra: str) -> tuple[float, int]:
+    cmd = [sys.executable, "-m", "textrain.framework.datagen", f"--data_dir={data_dir}", f"--input_file={corpus}",
+           *XLNET, *extra]
+    cpu, read, proc = run_measured(cmd, REPO)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return cpu, read
+
+
+def shard_bytes(data_dir: str) -> dict[str, bytes]:
+    files = sorted(glob.glob(os.path.join(data_dir, "xlnet_pretrain", "*.tfrecord")))
+    assert files
+    return {os.path.basename(f): open(f, "rb").read() for f in files}
+
+
+def test_xlnet_reads_its_corpus_once_at_any_shard_and_task_count(tmp_path):
+    corpus = str(tmp_path / "corpus.txt")
+    size = write_corpus(corpus)
+    tiny = str(tmp_path / "tiny.txt")
+    with open(corpus, encoding="utf-8") as f, open(tiny, "w", encoding="utf-8") as out:
+        out.write(f.read(20_000))  # a few records' worth
+    _, startup = datagen(str(tmp_path / "tiny"), tiny, "--num_shards=1")
+
+    _, read_2 = datagen(str(tmp_path / "s2"), corpus, "--num_shards=2")
+    _, read_16 = datagen(str(tmp_path / "s16"), corpus, "--num_shards=16")
+    tasks = str(tmp_path / "tasks")
+    read_tasks = sum(datagen(tasks, corpus, "--num_shards=16", "--num_tasks=4", f"--task_id={t}")[1]
+                     for t in range(4))
+    figures = (f"corpus {size / 1e6:.1f} MB, start-up {startup / 1e6:.1f} MB; beyond it 2 shards read "
+               f"{(read_2 - startup) / size:.2f}x, 16 shards {(read_16 - startup) / size:.2f}x, "
+               f"4 tasks {(read_tasks - 4 * startup) / size:.2f}x the corpus")
+    print(figures)
+    assert read_2 - startup <= READ_BOUND * size, figures
+    assert read_16 - startup <= READ_BOUND * size, figures
+    assert read_tasks - 4 * startup <= TASKS_READ_BOUND * size, figures
+    assert shard_bytes(tasks) == shard_bytes(str(tmp_path / "s16"))
+    assert not glob.glob(os.path.join(tasks, "xlnet_pretrain", ".shuffle"))
