@@ -11,6 +11,7 @@ Decisions:
   for the same text in any format; blake2b-64 of the key decides the split (dev when its top 53 bits,
   as a fraction, fall below dev_fraction: an expected, not exact, share) and the shard (the hash mod
   the split's shard count). It depends on the text alone: not on the partitioning, workers or tasks.
+  A corpus may name files of its own dev split (`dev_paths`): their documents are dev, their shard the hash's.
 - Order: a shard's documents come in corpus order (partition order, then order within the partition,
   which is file order then byte/record order), so cutting the corpus differently gives the same shard.
 - Spill files (local runner, --num_tasks): one per partition, `<spill dir>/part-NNNNN.spill`: the
@@ -18,6 +19,10 @@ Decisions:
   then a JSON index {"split/shard": [offset, bytes, count]} and its 8-byte length. Written as
   `.incomplete` and renamed when whole, so a re-run after a kill keeps the finished ones (when the
   plan, recorded in `plan.json`, is the same). Memory: one partition's documents.
+- Claims: tasks sharing a data_dir take a partition by creating its claim file; the claimer renews the
+  claim's mtime while it reads (`heartbeat`). A claim of a dead process of this machine, or one not renewed
+  for the claim timeout (a task of another machine that died or hangs; the timeout must exceed the
+  machines' clock skew), is taken over.
 - A shard job (`shard_texts`) reads its group of every spill file in partition order. Without an
   active spill directory (a problem's generate_encoded_samples, tests) it reads every partition and
   keeps its own documents: the same texts, in the same order.
