@@ -184,9 +184,9 @@ class ReadPartition(beam.DoFn):
         groups: dict[tuple[str, int], list[tuple[int, int, str]]] = {}
         bad: list[tuple[str, str]] = []
         try:
-            for i, text in enumerate(shuffle.partition_texts(self.corpus, part, bad)):
-                groups.setdefault(shuffle.assign_in(part, text, self.corpus, self.shards), []).append(
-                    (part.index, i, text))
+            for i, (text, fixed) in enumerate(shuffle.partition_units(self.corpus, part, bad)):
+                key = shuffle.assign(text, self.corpus.dev_fraction, self.shards, fixed)
+                groups.setdefault(key, []).append((part.index, i, text))
         except UserError as e:  # bad input: data for the check stage, not a worker's failure
             yield beam.pvalue.TaggedOutput("bad", (part.index, part.path, bad, str(e)))
             return

@@ -12,6 +12,10 @@ Decisions:
   as a fraction, fall below dev_fraction: an expected, not exact, share) and the shard (the hash mod
   the split's shard count). It depends on the text alone: not on the partitioning, workers or tasks.
   A corpus may name files of its own dev split (`dev_paths`): their documents are dev, their shard the hash's.
+- Line pairs (translation: two line-aligned files): a unit is line n of each; both files are cut at the
+  same line numbers, found by a count pass over both in the planner (which also checks their line
+  counts), so planning reads the pair once more; a pair's split is its line number's (n % dev_every),
+  its shard the hash of its text.
 - Order: a shard's documents come in corpus order (partition order, then order within the partition,
   which is file order then byte/record order), so cutting the corpus differently gives the same shard.
 - Spill files (local runner, --num_tasks): one per partition, `<spill dir>/part-NNNNN.spill`: the
@@ -60,6 +64,10 @@ class DocumentCorpus:
     dev_fraction: float = 0.0
     whole_files: bool = False  # a file's whole text is one document (no blank-line separation)
     dev_paths: tuple[str, ...] = ()  # a dev split of its own files (then dev_fraction is 0)
+    # Line pairs: `paths` are two line-aligned files (source, target); a unit is the pair of line n of
+    # each, its text "source\ntarget"; it is dev when n % dev_every == 0 (a position, as the files number it).
+    pairs: bool = False
+    dev_every: int = 0
 
     def files(self) -> list[tuple[str, str | None]]:
         """(path, the split its documents all go to; None: by their hash), in corpus order."""
@@ -77,6 +85,8 @@ class Partition:
     end: int | None = None  # None: the whole file
     part: tuple[int, int] | None = None  # Parquet row groups / Arrow record batches [start, stop)
     split: str | None = None  # the split of a dev file's documents (None: by their hash)
+    target_range: tuple[int, int] | None = None  # line pairs: the target file's bytes of these lines
+    first_line: int = 1  # line pairs: the (1-based) number of the range's first line
 
     @property
     def byte_range(self) -> tuple[int, int] | None:
@@ -115,6 +125,8 @@ def _next_boundary(f, cut: int, size: int) -> int:
 
 def plan_partitions(corpus_spec: DocumentCorpus, partition_bytes: int) -> list[Partition]:
     """The corpus's partitions, in corpus order (see the module docstring)."""
+    if corpus_spec.pairs:
+        return _pair_partitions(corpus_spec, partition_bytes)
     out: list[Partition] = []
     for file_index, (path, split) in enumerate(corpus_spec.files()):
         if _record_parts(path, corpus_spec.whole_files):
@@ -135,6 +147,70 @@ def plan_partitions(corpus_spec: DocumentCorpus, partition_bytes: int) -> list[P
     return out
 
 
+def _pair_partitions(corpus_spec: DocumentCorpus, partition_bytes: int) -> list[Partition]:
+    """Two line-aligned files cut at the same line numbers: a count pass over both finds the byte offsets
+    (and checks the line counts before any work). A compressed, structured or small pair: one partition."""
+    source, target = corpus_spec.paths
+    if not all(_splittable(p, False) for p in (source, target)) or fileio.stat(source).length <= partition_bytes:
+        return [Partition(0, 0, source)]
+    cuts, source_lines, source_size = _line_cuts(source, partition_bytes)
+    offsets, target_lines, target_size = _line_offsets(target, [lines for lines, _ in cuts])
+    if source_lines != target_lines:
+        raise corpus.CorpusError(f"{source} and {target} are not line-aligned: {source_lines} vs {target_lines} lines")
+    bounds = [(0, 0, 0)] + [(lines, at, t) for (lines, at), t in zip(cuts, offsets)]
+    bounds.append((source_lines, source_size, target_size))
+    return [Partition(i, 0, source, a[1], b[1], target_range=(a[2], b[2]), first_line=a[0] + 1)
+            for i, (a, b) in enumerate(zip(bounds, bounds[1:])) if b[1] > a[1]]
+
+
+def _newline_counts(path: str) -> Iterator[tuple[int, bytes]]:
+    """(the file's byte offset of each block, the block), blocks of 4 MB."""
+    with fileio.open_file(path, "rb") as f:
+        at = 0
+        for block in iter(lambda: f.read(1 << 22), b""):
+            yield at, block
+            at += len(block)
+
+
+def _line_cuts(path: str, every: int) -> tuple[list[tuple[int, int]], int, int]:
+    """Cuts about every `every` bytes, each just after a newline: ([(lines before it, byte offset)], the
+    file's line count (a last line without a newline counts), its size)."""
+    cuts: list[tuple[int, int]] = []
+    lines, want, size, last = 0, every, 0, b"\n"
+    length = fileio.stat(path).length
+    for at, block in _newline_counts(path):
+        pos = 0
+        while want - at < len(block):
+            nl = block.find(b"\n", max(want - at, pos))
+            if nl < 0:
+                break
+            lines += block.count(b"\n", pos, nl + 1)
+            pos = nl + 1
+            if at + pos < length:
+                cuts.append((lines, at + pos))
+            want = at + pos + every
+        lines += block.count(b"\n", pos)
+        size, last = at + len(block), block[-1:]
+    return cuts, lines + (size > 0 and last != b"\n"), size
+
+
+def _line_offsets(path: str, wanted: list[int]) -> tuple[list[int], int, int]:
+    """The byte offset just after the n-th newline for each n of `wanted` (ascending), the file's line
+    count and its size."""
+    out: list[int] = []
+    lines, size, last = 0, 0, b"\n"
+    for at, block in _newline_counts(path):
+        pos = 0
+        while len(out) < len(wanted) and lines + block.count(b"\n", pos) >= wanted[len(out)]:
+            for _ in range(wanted[len(out)] - lines):
+                pos = block.find(b"\n", pos) + 1
+            lines = wanted[len(out)]
+            out.append(at + pos)
+        lines += block.count(b"\n", pos)
+        size, last = at + len(block), block[-1:]
+    return out, lines + (size > 0 and last != b"\n"), size
+
+
 def document_key(text: str) -> str:
     """What a document is hashed by: its stripped, non-empty lines (the same in every format)."""
     return "\n".join(corpus.document_lines(text))
@@ -147,11 +223,6 @@ def assign(text: str, dev_fraction: float, shards: dict[str, int], split: str | 
     if split is None:
         split = SPLIT_EVAL if dev_fraction > 0 and (h >> 11) / float(1 << 53) < dev_fraction else SPLIT_TRAIN
     return split, h % shards.get(split, 1)
-
-
-def assign_in(part: Partition, text: str, corpus_spec: DocumentCorpus, shards: dict[str, int]) -> tuple[str, int]:
-    """(split, shard) of a document of partition `part`."""
-    return assign(text, corpus_spec.dev_fraction, shards, part.split)
 
 
 def partition_texts(corpus_spec: DocumentCorpus, part: Partition,
@@ -176,6 +247,49 @@ def partition_texts(corpus_spec: DocumentCorpus, part: Partition,
         yield from corpus.iter_document_texts([part.path], corpus_spec.on_bad_utf8, byte_range=part.byte_range)
     except corpus.CorpusError as e:
         raise _with_file_line(e, part) from None
+
+
+def partition_units(corpus_spec: DocumentCorpus, part: Partition, bad: list[tuple[str, str]] | None = None
+                    ) -> Iterator[tuple[str, str | None]]:
+    """The units of one partition in order, each with the split it goes to (None: its hash decides):
+    documents (`partition_texts`), or line pairs."""
+    if corpus_spec.pairs:
+        yield from _partition_pairs(corpus_spec, part)
+        return
+    for text in partition_texts(corpus_spec, part, bad):
+        yield text, part.split
+
+
+def _partition_pairs(corpus_spec: DocumentCorpus, part: Partition) -> Iterator[tuple[str, str | None]]:
+    """Line n of the source and of the target, both stripped, as "source\ntarget"; a pair with a blank
+    side is left out."""
+    source, target = corpus_spec.paths
+    every = corpus_spec.dev_every
+    if part.byte_range is None:
+        pairs = corpus.parallel_lines(source, target, corpus_spec.on_bad_utf8)
+    else:
+        pairs = zip(range(part.first_line, 1 << 62),
+                    _range_lines(source, corpus_spec.on_bad_utf8, part.byte_range, part.first_line),
+                    _range_lines(target, corpus_spec.on_bad_utf8, part.target_range, part.first_line))
+    for n, s, t in pairs:
+        s, t = s.strip(), t.strip()
+        if s and t:
+            yield f"{s}\n{t}", (SPLIT_EVAL if every and n % every == 0 else SPLIT_TRAIN)
+
+
+def _range_lines(path: str, on_bad_utf8: str, byte_range: tuple[int, int] | None, first_line: int) -> Iterator[str]:
+    """The lines of a byte range that starts at line `first_line` (errors name the file's line)."""
+    try:
+        for block in corpus.iter_text_blocks(path, on_bad_utf8, byte_range):
+            lines = block.split("\n")
+            if block.endswith("\n"):
+                lines.pop()
+            yield from lines
+    except corpus.CorpusError as e:
+        m = re.match(re.escape(path) + r":(\d+):", str(e))
+        if m is None:
+            raise
+        raise type(e)(f"{path}:{int(m.group(1)) + first_line - 1}:" + str(e)[m.end():]) from None
 
 
 def _with_file_line(e: Exception, part: Partition) -> Exception:
@@ -205,8 +319,8 @@ def write_spill(corpus_spec: DocumentCorpus, part: Partition, shards: dict[str, 
     groups: dict[str, list[bytes]] = {}
     count = 0
     bad: list[tuple[str, str]] = []
-    for text in partition_texts(corpus_spec, part, bad):
-        split, shard = assign_in(part, text, corpus_spec, shards)
+    for text, fixed in partition_units(corpus_spec, part, bad):
+        split, shard = assign(text, corpus_spec.dev_fraction, shards, fixed)
         data = text.encode("utf-8")
         groups.setdefault(_group(split, shard), []).extend((_LENGTH.pack(len(data)), data))
         count += 1
@@ -398,21 +512,22 @@ def shard_texts(corpus_spec: DocumentCorpus, split: str, shard: int, num_shards:
         yield from _ACTIVE[-1].texts(split, shard)
         return
     shards = {split: num_shards}
-    for part, text in _all_documents(corpus_spec):
-        if assign_in(part, text, corpus_spec, shards) == (split, shard):
+    for text, fixed in _all_units(corpus_spec):
+        if assign(text, corpus_spec.dev_fraction, shards, fixed) == (split, shard):
             yield text
 
 
 def all_texts(corpus_spec: DocumentCorpus) -> Iterable[str]:
     """Every document of the corpus, in corpus order (bad records checked per file)."""
-    return (text for _, text in _all_documents(corpus_spec))
+    return (text for text, _ in _all_units(corpus_spec))
 
 
-def _all_documents(corpus_spec: DocumentCorpus) -> Iterator[tuple[Partition, str]]:
+def _all_units(corpus_spec: DocumentCorpus) -> Iterator[tuple[str, str | None]]:
+    """Every unit of the corpus with its fixed split (`partition_units`), in corpus order."""
     parts = plan_partitions(corpus_spec, 1 << 62)
     bad: list[tuple[str, str]] = []
     for i, part in enumerate(parts):
-        yield from ((part, text) for text in partition_texts(corpus_spec, part, bad))
+        yield from partition_units(corpus_spec, part, bad)
         if i + 1 == len(parts) or parts[i + 1].file_index != part.file_index:
             corpus_formats.check_bad_records([(part.path, bad)])
             bad = []
@@ -427,7 +542,7 @@ def plan_identity(corpus_spec: DocumentCorpus, parts: list[Partition], shards: d
     return {"corpus": dataclasses.asdict(corpus_spec) | {"paths": [str(p) for p in corpus_spec.paths],
                                                         "dev_paths": [str(p) for p in corpus_spec.dev_paths]},
             "files": files, "shards": shards,
-            "partitions": [[p.file_index, p.start, p.end, p.split] for p in parts]}
+            "partitions": [[p.file_index, p.start, p.end, p.split, p.target_range] for p in parts]}
 
 
 def prepare_directory(directory: str, identity: dict) -> None:
