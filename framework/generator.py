@@ -309,8 +309,9 @@ def plan_shuffle(problem: GeneratingProblem, data_dir: str, tmp_dir: str, plan: 
             shuffle.remove_directory(directory)  # a dead run's, for a plan that has nothing left to do
         return None
     start = time.time()
-    parts = shuffle.plan_partitions(spec, max(1, int(partition_mb * (1 << 20))))
     shards = dict(plan.splits)
+    parts = (shuffle.planned_partitions(directory, spec, shards) if spill else None) or \
+        shuffle.plan_partitions(spec, max(1, int(partition_mb * (1 << 20))))
     if spill:
         shuffle.prepare_directory(directory, shuffle.plan_identity(spec, parts, shards))
     logging.info("datagen %s: partition: %d files -> %d partitions of <= %g MB in %.1fs", problem.name,

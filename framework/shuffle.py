@@ -433,12 +433,20 @@ def _read_json(path: str) -> dict:
 
 
 def _footer(path: str) -> tuple[dict, int]:
-    with fileio.open_file(path, "rb") as f:
-        size = fileio.stat(path).length
-        f.seek(size - _FOOTER.size)
-        (n,) = _FOOTER.unpack(f.read(_FOOTER.size))
-        f.seek(size - _FOOTER.size - n)
-        return json.loads(f.read(n)), size
+    st = fileio.stat(path)
+    key = (path, st.length, st.mtime_nsec)
+    if key not in _FOOTERS:  # a process making many shards reads each spill's index once
+        if len(_FOOTERS) > 4096:
+            _FOOTERS.clear()
+        with fileio.open_file(path, "rb") as f:
+            f.seek(st.length - _FOOTER.size)
+            (n,) = _FOOTER.unpack(f.read(_FOOTER.size))
+            f.seek(st.length - _FOOTER.size - n)
+            _FOOTERS[key] = json.loads(f.read(n))
+    return _FOOTERS[key], st.length
+
+
+_FOOTERS: dict[tuple[str, int, int], dict] = {}  # (spill path, size, mtime) -> its index
 
 
 def bad_records(directory: str, parts: list[Partition]) -> list[tuple[str, list[tuple[str, str]]]]:
@@ -542,7 +550,22 @@ def plan_identity(corpus_spec: DocumentCorpus, parts: list[Partition], shards: d
     return {"corpus": dataclasses.asdict(corpus_spec) | {"paths": [str(p) for p in corpus_spec.paths],
                                                         "dev_paths": [str(p) for p in corpus_spec.dev_paths]},
             "files": files, "shards": shards,
-            "partitions": [[p.file_index, p.start, p.end, p.split, p.target_range] for p in parts]}
+            "partitions": [[p.file_index, p.start, p.end, p.split, p.target_range, p.first_line, p.part]
+                           for p in parts]}
+
+
+def planned_partitions(directory: str, corpus_spec: DocumentCorpus, shards: dict[str, int]) -> list[Partition] | None:
+    """The partitions of the spill directory's plan when it was made for this corpus (same files, sizes
+    and mtimes) and these shard counts, else None: a task after the first skips the planning (for line
+    pairs a count pass over both files)."""
+    marker = _read_json(os.path.join(directory, "plan.json"))
+    now = json.loads(json.dumps(plan_identity(corpus_spec, [], shards)))
+    if not marker or any(marker.get(k) != now[k] for k in ("corpus", "files", "shards")):
+        return None
+    paths = [path for path, _ in corpus_spec.files()]
+    return [Partition(i, f, paths[f], start, end, part=tuple(part) if part else None, split=split,
+                      target_range=tuple(target) if target else None, first_line=first)
+            for i, (f, start, end, split, target, first, part) in enumerate(marker["partitions"])]
 
 
 def prepare_directory(directory: str, identity: dict) -> None:

@@ -1,4 +1,4 @@
-"""xlnet_pretrain datagen reads its corpus once, whatever the shard and task count, through the real
+"""xlnet_pretrain and translate datagen read their corpus once, whatever the shard and task count, through the real
 `textrain-datagen`: the bytes its process tree reads (rchar, tests/tree_cost.py) less those of a run over
 a 20 KB corpus (imports, the SentencePiece model) stay near twice the corpus (its partitions once,
 the spill files once) at 2 or 16 shards, and for --num_tasks=4 run one after another (each task reads only
@@ -6,7 +6,8 @@ the partitions it claims, then its shards' slices); the tasks' shards equal one 
 
 A shard job that reads the corpus itself (as xlnet_pretrain did: each worker or task scanned the corpus
 twice, to size the documents, then to read its contiguous ranges) reads ~2x the corpus per task: ~8x for
-four tasks."""
+four tasks. translate's shard jobs each read both files whole: 16x at 16 shards; now the planner's count
+pass (once: later tasks reuse its plan), the partitions and the spills read ~3x."""
 from __future__ import annotations
 
 import glob
@@ -49,9 +50,7 @@ def datagen(data_dir: str, corpus: str, *extra: str) -> tuple[float, int]:
 
 
 def shard_bytes(data_dir: str) -> dict[str, bytes]:
-    files = sorted(glob.glob(os.path.join(data_dir, "xlnet_pretrain", "*.tfrecord")))
-    assert files
-    return {os.path.basename(f): open(f, "rb").read() for f in files}
+    return shard_bytes_of(data_dir, "xlnet_pretrain")
 
 
 def test_xlnet_reads_its_corpus_once_at_any_shard_and_task_count(tmp_path):
@@ -76,3 +75,53 @@ def test_xlnet_reads_its_corpus_once_at_any_shard_and_task_count(tmp_path):
     assert read_tasks - 4 * startup <= TASKS_READ_BOUND * size, figures
     assert shard_bytes(tasks) == shard_bytes(str(tmp_path / "s16"))
     assert not glob.glob(os.path.join(tasks, "xlnet_pretrain", ".shuffle"))
+
+
+def write_parallel(folder: str, pairs: int = 25_000) -> int:
+    """train.en / train.zh of `pairs` line pairs (a few blank lines, which datagen leaves out); their size."""
+    import random
+    rng = random.Random(5)
+    words = "the a house river cold morning runs over quickly bank light".split()
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, "train.en"), "w") as en, open(os.path.join(folder, "train.zh"), "w") as zh:
+        for i in range(pairs):
+            en.write(("" if i % 97 == 5 else " ".join(rng.choices(words, k=rng.randint(3, 12)))) + "\n")
+            zh.write("".join(rng.choices("房子河流早晨寒冷快速光", k=rng.randint(3, 15))) + "\n")
+    return sum(os.path.getsize(os.path.join(folder, n)) for n in ("train.en", "train.zh"))
+
+
+def translate(data_dir: str, tmp_dir: str, *extra: str) -> tuple[float, int]:
+    cmd = [sys.executable, "-m", "textrain.framework.datagen", "--problem=translate_enzh_sub8k",
+           f"--data_dir={data_dir}", f"--tmp_dir={tmp_dir}", "--partition_mb=0.3", *extra]
+    cpu, read, proc = run_measured(cmd, REPO)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return cpu, read
+
+
+def test_translate_reads_its_pair_once_at_any_shard_and_task_count(tmp_path):
+    """Every run reuses one set of vocabularies (built from a small pair, not measured: building them reads
+    up to 10 MB per side); 16 shards in one run and --num_tasks=4 one after another: the same shards."""
+    import shutil
+    parallel, tiny = str(tmp_path / "parallel"), str(tmp_path / "tiny")
+    size = write_parallel(parallel)
+    write_parallel(tiny, pairs=300)
+    runs = {name: str(tmp_path / name) for name in ("tiny", "s16", "tasks")}
+    translate(runs["tiny"], tiny, "--vocab_only")
+    for name in ("s16", "tasks"):
+        shutil.copytree(runs["tiny"], runs[name])
+    _, startup = translate(runs["tiny"], tiny, "--num_shards=1")
+    _, read_16 = translate(runs["s16"], parallel, "--num_shards=16")
+    read_tasks = sum(translate(runs["tasks"], parallel, "--num_shards=16", "--num_tasks=4", f"--task_id={t}")[1]
+                     for t in range(4))
+    figures = (f"pair {size / 1e6:.1f} MB, start-up {startup / 1e6:.1f} MB; beyond it 16 shards read "
+               f"{(read_16 - startup) / size:.2f}x, 4 tasks {(read_tasks - 4 * startup) / size:.2f}x the pair")
+    print(figures)
+    assert read_16 - startup <= 3.5 * size, figures
+    assert read_tasks - 4 * startup <= 3.5 * size, figures
+    assert shard_bytes_of(runs["tasks"], "translate_enzh_sub8k") == shard_bytes_of(runs["s16"], "translate_enzh_sub8k")
+
+
+def shard_bytes_of(data_dir: str, problem: str) -> dict[str, bytes]:
+    files = sorted(glob.glob(os.path.join(data_dir, problem, "*.tfrecord")))
+    assert files
+    return {os.path.basename(f): open(f, "rb").read() for f in files}
