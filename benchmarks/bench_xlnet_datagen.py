@@ -196,10 +196,10 @@ out["setup"] = T() - start
 tokens = count = 0
 for shard in range(8):
     t = T(); encoded = problem.shard_stream_documents("", "train", shard, 8); out["read + encode"] += T() - t
-    tokens += sum(len(ids) for _, ids, _ in encoded)
+    tokens += sum(len(ids) for ids, _ in encoded)
     t = T()
     rng = shard_np_rng(0, "train/pass-0", shard)
-    data, sent = xp.pass_stream(encoded, rng)
+    data, sent = xp.join_streams(encoded)
     batched = hasattr(records, "SampleBatch")  # what generate_shard yields: record batches, or dicts before
     if batched:
         samples = [records.SampleBatch(c) for c in xp.iter_record_batches(data, sent, cfg, table, rng)]
@@ -225,10 +225,6 @@ if profile == "1":
     data_dir = os.path.join(work, "profile")
     shutil.rmtree(data_dir, ignore_errors=True)
     problem = xp.XlnetPretrain(hp)
-    xp_mod = sys.modules["textrain.problems.xlnet_pretrain"]
-    for name in ("_CURSOR",):
-        getattr(xp_mod, name, {}).clear()
-    getattr(xp_mod, "_document_sizes").cache_clear()
     prof = cProfile.Profile(T)
     t = T(); prof.enable()
     problem.generate_data(data_dir, "", num_workers=1, seed=0)

@@ -40,7 +40,9 @@ one partition's documents. Worker memory is thus set by --num_shards, not by the
 """
 from __future__ import annotations
 
+import contextlib
 import logging as std_logging
+import os
 import shlex
 import time
 from typing import Iterator, Sequence
@@ -50,7 +52,8 @@ from absl import logging
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.runner import PipelineState
 
-from textrain.framework import corpus_formats, shuffle
+from textrain.framework import corpus_formats, fileio, shuffle
+from textrain.framework.errors import UserError
 from textrain.framework.generator import (
     GenerationPlan,
     ProblemRecipe,
@@ -67,6 +70,40 @@ from textrain.framework.generator import (
     write_manifests,
 )
 from textrain.framework.problem import Problem
+
+_COUNTERS = "textrain"  # the Beam metrics namespace of the stage counters (progress)
+
+
+def failures_dir(problem: Problem, data_dir: str) -> str:
+    """Where a worker leaves a user's error (bad input) for the launcher: the problem directory is on a file
+    system every worker writes to (the shards go there)."""
+    return os.path.join(problem.problem_dir(data_dir), ".beam-failures")
+
+
+@contextlib.contextmanager
+def reported(directory: str, order: tuple) -> Iterator[None]:
+    """A UserError in the block (bad input named by file and place) is also written to `directory` as data,
+    keyed by `order` (stage, then position), so the launcher prints it as the one line local datagen
+    prints: a runner hands the launcher a worker's exception as a traceback's text at best."""
+    try:
+        yield
+    except UserError as e:
+        record_failure(directory, order, str(e))
+        raise
+
+
+def record_failure(directory: str, order: tuple, message: str) -> None:
+    fileio.makedirs(directory)
+    name = "-".join(f"{x:08d}" if isinstance(x, int) else str(x) for x in order) + ".json"
+    fileio.write_json_atomic(os.path.join(directory, name), {"message": message})
+
+
+def first_failure(directory: str) -> str | None:
+    """The message of the first user's error the workers reported (by stage, then corpus position)."""
+    if not fileio.exists(directory):
+        return None
+    names = sorted(n for n in fileio.listdir(directory) if n.endswith(".json"))  # zero-padded: sorted by order
+    return fileio.read_json(os.path.join(directory, names[0]))["message"] if names else None
 
 
 class _ProblemDoFn(beam.DoFn):
@@ -90,19 +127,25 @@ class WriteShard(_ProblemDoFn):
         super().__init__(spec, data_dir, tmp_dir)
         self.seed, self.shuffled = seed, shuffled
 
-    def process(self, keyed: tuple, rendered: Rendered) -> Iterator[dict]:
+    def process(self, keyed: tuple, rendered: Rendered, failed: str | None) -> Iterator[dict]:
+        """`failed`: the corpus check's error, decided before any shard (then no shard is written)."""
+        if failed is not None:
+            return
         (split, shard_id), grouped = keyed
         for job in grouped["job"]:
             texts = None
             if self.shuffled:
                 docs = sorted(d for docs in grouped["docs"] for d in docs)  # (partition, position): corpus order
                 texts = shuffle.GroupedTexts(split, shard_id, tuple(text for _, _, text in docs))
-            yield self._write(job, rendered, texts)
+            with reported(failures_dir(self.problem, self.data_dir), (2, split, shard_id)):
+                yield self._write(job, rendered, texts)
 
     def _write(self, job: ShardJob, rendered: Rendered, texts: shuffle.GroupedTexts | None) -> dict:
         stats = run_shard_job(self.problem, self.data_dir, self.tmp_dir, self.seed, job, rendered, texts)
-        logging.info("shard %s-%d of %d: %d examples in %.1fs", job.split, job.shard_id, job.num_shards,
-                     stats["count"], stats["seconds"])
+        beam.metrics.Metrics.counter(_COUNTERS, "shards").inc()
+        beam.metrics.Metrics.counter(_COUNTERS, "examples").inc(stats["count"])
+        logging.info("datagen %s on Beam: shards: %s-%d of %d: %d examples in %.1fs", self.problem.name, job.split,
+                     job.shard_id, job.num_shards, stats["count"], stats["seconds"])
         return stats
 
 
@@ -119,24 +162,63 @@ class WriteManifests(_ProblemDoFn):
         yield from sorted(manifests)
 
 
-def _render(numbered: tuple[int, corpus_formats.RenderUnit]) -> tuple[int, list]:
+def _render(numbered: tuple[int, corpus_formats.RenderUnit], failures: str) -> tuple[int, list]:
     number, unit = numbered
-    return number, corpus_formats.render_unit(unit)
+    with reported(failures, (0, number)):
+        return number, corpus_formats.render_unit(unit)
 
 
-def _keyed_documents(part: shuffle.Partition, corpus: shuffle.DocumentCorpus, shards: dict[str, int]
-                     ) -> Iterator[tuple[tuple[str, int], list[tuple[int, int, str]]]]:
-    """Read one partition; each document keyed by its (split, shard), with its corpus position
-    (partition, index in it), grouped per key so that a partition emits one element per shard."""
-    groups: dict[tuple[str, int], list[tuple[int, int, str]]] = {}
-    for i, text in enumerate(shuffle.partition_texts(corpus, part)):
-        groups.setdefault(shuffle.assign(text, corpus.dev_fraction, shards), []).append((part.index, i, text))
-    yield from groups.items()
+class ReadPartition(beam.DoFn):
+    """A partition job: read one partition; each document keyed by the (split, shard) its text hashes to,
+    with its corpus position (partition, index in it), grouped per key so that a partition emits one
+    element per shard; its bad records (--skip_bad_records) to the output "bad", checked per file once
+    every partition is read (`check_bad_records`), as local datagen checks them."""
+
+    def __init__(self, corpus: shuffle.DocumentCorpus, shards: dict[str, int], num_partitions: int,
+                 failures: str):
+        super().__init__()
+        self.corpus, self.shards, self.num_partitions, self.failures = corpus, shards, num_partitions, failures
+
+    def process(self, part: shuffle.Partition) -> Iterator:
+        start = time.time()
+        groups: dict[tuple[str, int], list[tuple[int, int, str]]] = {}
+        bad: list[tuple[str, str]] = []
+        try:
+            for i, (text, fixed) in enumerate(shuffle.partition_units(self.corpus, part, bad)):
+                key = shuffle.assign(text, self.corpus.dev_fraction, self.shards, fixed)
+                groups.setdefault(key, []).append((part.index, i, text))
+        except UserError as e:  # bad input: data for the check stage, not a worker's failure
+            yield beam.pvalue.TaggedOutput("bad", (part.index, part.path, bad, str(e)))
+            return
+        count = sum(map(len, groups.values()))
+        beam.metrics.Metrics.counter(_COUNTERS, "partitions").inc()
+        beam.metrics.Metrics.counter(_COUNTERS, "documents").inc(count)
+        logging.info("datagen on Beam: shuffle: partition %d of %d read: %d documents in %.1fs", part.index + 1,
+                     self.num_partitions, count, time.time() - start)
+        yield beam.pvalue.TaggedOutput("bad", (part.index, part.path, bad, None))
+        yield from groups.items()
 
 
-def _check(results: list[tuple[int, list]], units: list[corpus_formats.RenderUnit]) -> Rendered:
+def check_corpus(read: list[tuple[int, str, list, str | None]], failures: str) -> str | None:
+    """After every partition: the first partition's error (corpus order), else each file's bad records
+    against its --skip_bad_records (the error names the first past it). The error is kept in `failures`
+    for the launcher and returned (the shard stage then writes nothing); None: the corpus is good."""
+    read = sorted(read, key=lambda r: r[0])
+    message = next((error for *_, error in read if error is not None), None)
+    if message is None:
+        try:
+            corpus_formats.check_bad_records([(path, places) for _, path, places, _ in read])
+        except UserError as e:
+            message = str(e)
+    if message is not None:
+        record_failure(failures, (1,), message)
+    return message
+
+
+def _check(results: list[tuple[int, list]], units: list[corpus_formats.RenderUnit], failures: str) -> Rendered:
     """After every unit: the bad records of each file against its --skip_bad_records; what the shards read."""
-    corpus_formats.check_units(units, [bad for _, bad in sorted(results, key=lambda r: r[0])])
+    with reported(failures, (1,)):
+        corpus_formats.check_units(units, [bad for _, bad in sorted(results, key=lambda r: r[0])])
     return corpus_formats.renderings(units)
 
 
@@ -164,26 +246,34 @@ def build_pipeline(pipeline: beam.Pipeline, problem: Problem, data_dir: str, tmp
     """Add the render, shuffle, shard and manifest stages of `plan` to `pipeline` (`units`: the corpus
     units to render, into the directory `rendered`; `shuffled`: the document corpus's partitions)."""
     spec = ProblemRecipe.of(problem)
+    failures = failures_dir(problem, data_dir)
     jobs = (pipeline
             | "ShardJobs" >> beam.Create([((job.split, job.shard_id), job) for job in plan.jobs])
             | "Spread" >> beam.Reshuffle())
     if shuffled is not None:
-        documents = (pipeline
-                     | "Partitions" >> beam.Create(shuffled.partitions)
-                     | "SpreadPartitions" >> beam.Reshuffle()
-                     | "ReadPartitions" >> beam.FlatMap(_keyed_documents, shuffled.corpus, shuffled.shards))
+        read = (pipeline
+                | "Partitions" >> beam.Create(shuffled.partitions)
+                | "SpreadPartitions" >> beam.Reshuffle()
+                | "ReadPartitions" >> beam.ParDo(ReadPartition(shuffled.corpus, shuffled.shards,
+                                                               len(shuffled.partitions), failures)
+                                                 ).with_outputs("bad", main="docs"))
+        documents = read.docs
+        checked = (read.bad
+                   | "AfterAllPartitions" >> beam.combiners.ToList()
+                   | "CheckCorpus" >> beam.Map(check_corpus, failures))
     else:
         documents = pipeline | "NoDocuments" >> beam.Create([])
+        checked = pipeline | "NoCorpus" >> beam.Create([None])
     ready = (pipeline
              | "CorpusUnits" >> beam.Create(list(enumerate(units)))
              | "SpreadUnits" >> beam.Reshuffle()
-             | "RenderUnits" >> beam.Map(_render)
+             | "RenderUnits" >> beam.Map(_render, failures)
              | "AfterAllUnits" >> beam.combiners.ToList()
-             | "CheckUnits" >> beam.Map(_check, units))
+             | "CheckUnits" >> beam.Map(_check, units, failures))
     _ = ({"job": jobs, "docs": documents}
          | "ShuffleToShards" >> beam.CoGroupByKey()
          | "WriteShards" >> beam.ParDo(WriteShard(spec, data_dir, tmp_dir, plan.seed, shuffled is not None),
-                                       beam.pvalue.AsSingleton(ready))
+                                       beam.pvalue.AsSingleton(ready), beam.pvalue.AsSingleton(checked))
          | "AfterAllShards" >> beam.combiners.ToList()
          | "WriteManifests" >> beam.ParDo(WriteManifests(spec, data_dir, tmp_dir, plan, rendered)))
 
@@ -199,6 +289,20 @@ def generate_data(problem: Problem, data_dir: str, tmp_dir: str, *, options: str
         return _generate_locked(problem, data_dir, tmp_dir, options, seed, overwrite, num_shards, partition_mb)
 
 
+def log_stages(problem: Problem, result: beam.runners.runner.PipelineResult, seconds: float, jobs: int) -> None:
+    """One line per stage from the workers' counters (a stage's rate over the pipeline's time: the stages
+    overlap on the engine); the workers log each partition and shard as they finish them."""
+    counts: dict[str, int] = {}
+    for counter in result.metrics().query(beam.metrics.MetricsFilter().with_namespace(_COUNTERS))["counters"]:
+        counts[counter.key.metric.name] = counter.committed or counter.attempted or 0
+    seconds = max(seconds, 1e-9)
+    logging.info("datagen %s on Beam: shuffle (partitions read): %d partitions, %d documents, %.0f documents/s",
+                 problem.name, counts.get("partitions", 0), counts.get("documents", 0),
+                 counts.get("documents", 0) / seconds)
+    logging.info("datagen %s on Beam: shards: %d/%d, %d examples, %.0f examples/s", problem.name,
+                 counts.get("shards", 0), jobs, counts.get("examples", 0), counts.get("examples", 0) / seconds)
+
+
 def _generate_locked(problem: Problem, data_dir: str, tmp_dir: str, options: str | Sequence[str], seed: int,
                      overwrite: bool, num_shards: dict[str, int] | None, partition_mb: float) -> dict[str, dict]:
     plan = plan_generation(problem, data_dir, tmp_dir, seed=seed, overwrite=overwrite,
@@ -209,6 +313,8 @@ def _generate_locked(problem: Problem, data_dir: str, tmp_dir: str, options: str
     # Beam logs every worker-harness event at INFO (through the launcher); keep its warnings only.
     std_logging.getLogger("apache_beam").setLevel(std_logging.WARNING)
     directory = rendered_dir(problem, data_dir)
+    failures = failures_dir(problem, data_dir)
+    fileio.rmtree(failures) if fileio.exists(failures) else None  # a killed run's
     try:
         units = corpus_units(problem, tmp_dir, plan, directory)
         shuffled = plan_shuffle(problem, data_dir, tmp_dir, plan, partition_mb, spill=False)
@@ -218,9 +324,19 @@ def _generate_locked(problem: Problem, data_dir: str, tmp_dir: str, options: str
             build_pipeline(pipeline, problem, data_dir, tmp_dir, plan, units, directory, shuffled)
     except BaseException:
         remove_rendered(directory)
+        message = first_failure(failures)
+        if fileio.exists(failures):
+            fileio.rmtree(failures)
+        if message is not None:
+            raise UserError(message) from None
         raise
     if PipelineState.is_terminal(pipeline.result.state):  # not while a detached pipeline still reads them
         remove_rendered(directory)
+        message = first_failure(failures)
+        if message is not None:  # bad input: the pipeline wrote no shard
+            fileio.rmtree(failures)
+            raise UserError(message)
+        log_stages(problem, pipeline.result, time.time() - start, len(plan.jobs))
     logging.info("datagen %s on Beam: pipeline finished in %.1fs", problem.name, time.time() - start)
     manifests = {}
     for split in (s for s, _ in plan.splits):

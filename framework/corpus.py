@@ -30,6 +30,7 @@ from __future__ import annotations
 import bz2
 import gzip
 import io
+import itertools
 import re
 from typing import Callable, Iterable, Iterator, Sequence
 
@@ -75,7 +76,8 @@ def is_compressed(path: str) -> bool:
 
 
 def _open_binary(path: str) -> io.BufferedIOBase:
-    if corpus_formats.is_structured(path) or getattr(path, "rendered", ()):  # the text its records stand for
+    if corpus_formats.is_structured(path) or (isinstance(path, corpus_formats.CorpusFile) and path.rendered):
+        # the text its records stand for
         return corpus_formats.open_rendered(path)
     if path.endswith(".zst"):
         return corpus_formats.open_binary(path)
@@ -121,6 +123,17 @@ def iter_lines(path: str, on_bad_utf8: str = "error") -> Iterator[tuple[int, str
     if bad:
         verb = "skipped" if on_bad_utf8 == "skip" else "replaced bad bytes in"
         logging.warning("%s: %s %d line(s) that were not UTF-8", path, verb, bad)
+
+
+def parallel_lines(source: str, target: str, on_bad_utf8: str = "error") -> Iterator[tuple[int, str, str]]:
+    """(line number, source line, target line) of two line-aligned files; a length mismatch is an error."""
+    n_src = n_tgt = 0
+    for s, t in itertools.zip_longest(iter_lines(source, on_bad_utf8), iter_lines(target, on_bad_utf8)):
+        n_src, n_tgt = n_src + (s is not None), n_tgt + (t is not None)
+        if s is not None and t is not None:
+            yield s[0], s[1].strip(), t[1].strip()
+    if n_src != n_tgt:
+        raise CorpusError(f"{source} and {target} are not line-aligned: {n_src} vs {n_tgt} lines")
 
 
 BLOCK_BYTES = 1 << 22  # bytes read at a time by the block reader (a block is then extended to a line end)

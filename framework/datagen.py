@@ -40,6 +40,10 @@ flags.DEFINE_string("beam_pipeline_options", "",
 flags.DEFINE_float("partition_mb", 64, "The corpus is read once, in partitions of about this many MB of a "
                    "plain text file (a compressed or structured file is one partition), each by one job.",
                    lower_bound=0.001)
+flags.DEFINE_float("claim_timeout_s", 600, "With --num_tasks: a corpus partition claimed by a task whose claim "
+                   "has not been renewed for this many seconds (a task of another machine that died or hangs) "
+                   "is read by another task. Keep it above the clock skew between the machines.",
+                   lower_bound=1)
 flags.DEFINE_bool("verify", False, "Check every record's CRC and every shard's count against the manifests "
                   "and regenerate only the shards that are missing or damaged (same settings and --seed "
                   "as the original run).")
@@ -129,7 +133,8 @@ def _generate(problem) -> None:
             manifests = problem.generate_data(FLAGS.data_dir, FLAGS.tmp_dir, num_workers=FLAGS.num_workers,
                                               task_id=FLAGS.task_id, num_tasks=FLAGS.num_tasks,
                                               seed=FLAGS.seed, overwrite=FLAGS.overwrite, num_shards=num_shards,
-                                              verify=FLAGS.verify, partition_mb=FLAGS.partition_mb)
+                                              verify=FLAGS.verify, partition_mb=FLAGS.partition_mb,
+                                              claim_timeout_s=FLAGS.claim_timeout_s)
     except (ValueError, FileNotFoundError) as e:  # bad input: a clear message, no traceback
         raise errors.UserError(str(e)) from None
     print(_summary(problem, FLAGS.data_dir, manifests, time.time() - start))

@@ -13,6 +13,8 @@ Decisions:
   shard job reads its slices (framework/shuffle.py has the partitions, the hash assignment and the spill
   format). Progress is one line per stage: partition, shuffle, shards. The spill directory
   `<problem dir>/.shuffle/` is shared by --num_tasks tasks (partitions are claimed) and removed at the end.
+  A claim is renewed (its mtime) while its partition is read; one of a dead process of this machine, or
+  one not renewed for --claim_timeout_s (a task of another machine that died or hangs), is taken over.
 - For problems without a document corpus, the structured and compressed files their
   `corpus_inputs(tmp_dir)` lists (corpus_formats.needs_rendering) are first rendered to plain text, once
   per run, by the same workers:
@@ -206,10 +208,9 @@ def _worker_run(task: tuple[ShardJob, Rendered, shuffle.Spills | None]) -> dict:
     return run_shard_job(w["problem"], w["data_dir"], w["tmp_dir"], w["seed"], *task)
 
 
-def _worker_spill(task: tuple[shuffle.DocumentCorpus, shuffle.Partition, dict[str, int], str]) -> int | None:
+def _worker_spill(task: tuple[shuffle.DocumentCorpus, shuffle.Partition, dict[str, int], str, float]) -> int | None:
     """A partition job: read and spill the partition if this process claims it (None: another has it)."""
-    spec, part, shards_, directory = task
-    return shuffle.write_spill(spec, part, shards_, directory) if shuffle.claim(directory, part) else None
+    return shuffle.spill_if_claimed(*task)
 
 
 def _split_status(problem: GeneratingProblem, data_dir: str, split: str, settings: dict, seed: int,
@@ -249,7 +250,8 @@ class GenerationPlan:
 def generate_data(problem: GeneratingProblem, data_dir: str, tmp_dir: str, *, num_workers: int = 1,
                   task_id: int | None = None, num_tasks: int = 1, seed: int = 0, overwrite: bool = False,
                   num_shards: dict[str, int] | None = None, progress_every: float = 10.0,
-                  verify: bool = False, partition_mb: float = shuffle.DEFAULT_PARTITION_MB) -> dict[str, dict]:
+                  verify: bool = False, partition_mb: float = shuffle.DEFAULT_PARTITION_MB,
+                  claim_timeout_s: float = shuffle.DEFAULT_CLAIM_TIMEOUT_S) -> dict[str, dict]:
     """Make every split's shards (this task's share of them) and, when all exist, its manifest.
 
     Returns {split: manifest} for the splits that are complete after this call. Complete splits whose
@@ -261,7 +263,8 @@ def generate_data(problem: GeneratingProblem, data_dir: str, tmp_dir: str, *, nu
         plan = plan_generation(problem, data_dir, tmp_dir, task_id=task_id, num_tasks=num_tasks, seed=seed,
                                overwrite=overwrite, num_shards=num_shards, verify=verify)
         with rendered_corpus(problem, data_dir, tmp_dir, plan, task_id, num_tasks) as units, \
-                shuffled_corpus(problem, data_dir, tmp_dir, plan, partition_mb, task_id, num_tasks) as shuffled:
+                shuffled_corpus(problem, data_dir, tmp_dir, plan, partition_mb, task_id, num_tasks,
+                                claim_timeout_s) as shuffled:
             _run_jobs(problem, data_dir, tmp_dir, seed, plan.jobs, units, num_workers, progress_every, shuffled)
         return write_manifests(problem, data_dir, plan)
 
@@ -276,6 +279,7 @@ class Shuffled:
     directory: str
     task_id: int | None = None
     num_tasks: int = 1
+    claim_timeout_s: float = shuffle.DEFAULT_CLAIM_TIMEOUT_S  # a claim not renewed for this long is taken over
 
     def spills(self) -> shuffle.Spills:
         return shuffle.Spills(self.directory, len(self.partitions))
@@ -294,8 +298,8 @@ def shuffle_dir(problem: GeneratingProblem, data_dir: str) -> str:
 
 
 def plan_shuffle(problem: GeneratingProblem, data_dir: str, tmp_dir: str, plan: "GenerationPlan",
-                 partition_mb: float, task_id: int | None = None, num_tasks: int = 1, spill: bool = True
-                 ) -> Shuffled | None:
+                 partition_mb: float, task_id: int | None = None, num_tasks: int = 1, spill: bool = True,
+                 claim_timeout_s: float = shuffle.DEFAULT_CLAIM_TIMEOUT_S) -> Shuffled | None:
     """The partitions of the problem's document corpus (none when it has none or no shard is to be made),
     and with `spill` (not on Beam, whose engine shuffles) the spill directory made ready for them."""
     directory = shuffle_dir(problem, data_dir)
@@ -305,22 +309,25 @@ def plan_shuffle(problem: GeneratingProblem, data_dir: str, tmp_dir: str, plan: 
             shuffle.remove_directory(directory)  # a dead run's, for a plan that has nothing left to do
         return None
     start = time.time()
-    parts = shuffle.plan_partitions(spec, max(1, int(partition_mb * (1 << 20))))
     shards = dict(plan.splits)
+    parts = (shuffle.planned_partitions(directory, spec, shards) if spill else None) or \
+        shuffle.plan_partitions(spec, max(1, int(partition_mb * (1 << 20))))
     if spill:
         shuffle.prepare_directory(directory, shuffle.plan_identity(spec, parts, shards))
     logging.info("datagen %s: partition: %d files -> %d partitions of <= %g MB in %.1fs", problem.name,
                  len(spec.paths), len(parts), partition_mb, time.time() - start)
-    return Shuffled(spec, parts, shards, directory, task_id, num_tasks)
+    return Shuffled(spec, parts, shards, directory, task_id, num_tasks, claim_timeout_s)
 
 
 @contextlib.contextmanager
 def shuffled_corpus(problem: GeneratingProblem, data_dir: str, tmp_dir: str, plan: "GenerationPlan",
-                    partition_mb: float, task_id: int | None = None, num_tasks: int = 1) -> Iterator[Shuffled | None]:
+                    partition_mb: float, task_id: int | None = None, num_tasks: int = 1,
+                    claim_timeout_s: float = shuffle.DEFAULT_CLAIM_TIMEOUT_S) -> Iterator[Shuffled | None]:
     """`plan_shuffle`; the spill files are removed when the block ends, normally or by an error (a killed
     run's are kept, and a re-run with the same plan keeps its finished partitions). With --num_tasks
     they are shared: removed by the task after which every shard of the pending splits exists."""
-    shuffled = plan_shuffle(problem, data_dir, tmp_dir, plan, partition_mb, task_id, num_tasks)
+    shuffled = plan_shuffle(problem, data_dir, tmp_dir, plan, partition_mb, task_id, num_tasks,
+                            claim_timeout_s=claim_timeout_s)
     try:
         yield shuffled
     except BaseException:
@@ -499,8 +506,8 @@ def _spilled(problem: GeneratingProblem, shuffled: Shuffled, tasks: list, result
         if not missing:
             break
         for part in missing:
-            if shuffle.claim(shuffled.directory, part):
-                shuffle.write_spill(shuffled.corpus, part, shuffled.shards, shuffled.directory)
+            shuffle.spill_if_claimed(shuffled.corpus, part, shuffled.shards, shuffled.directory,
+                                     shuffled.claim_timeout_s)
         if time.time() - last >= progress_every:
             logging.info("datagen %s: shuffle: waiting for %d partitions that other tasks read", problem.name,
                          len(missing))
@@ -516,7 +523,8 @@ def _run_jobs(problem: GeneratingProblem, data_dir: str, tmp_dir: str, seed: int
     spread over the same worker processes."""
     if not jobs:
         return
-    spill_tasks = ([(shuffled.corpus, p, shuffled.shards, shuffled.directory) for p in shuffled.own_order()]
+    spill_tasks = ([(shuffled.corpus, p, shuffled.shards, shuffled.directory, shuffled.claim_timeout_s)
+                    for p in shuffled.own_order()]
                    if shuffled is not None else [])
     spills = shuffled.spills() if shuffled is not None else None
     start = last = time.time()

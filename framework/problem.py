@@ -131,11 +131,13 @@ class Problem:
     def generate_data(self, data_dir: str, tmp_dir: str, num_workers: int = 1, task_id: int | None = None,
                       num_tasks: int = 1, seed: int = 0, overwrite: bool = False,
                       num_shards: dict[str, int] | None = None, verify: bool = False,
-                      partition_mb: float = shuffle.DEFAULT_PARTITION_MB) -> dict[str, dict]:
+                      partition_mb: float = shuffle.DEFAULT_PARTITION_MB,
+                      claim_timeout_s: float = shuffle.DEFAULT_CLAIM_TIMEOUT_S) -> dict[str, dict]:
         """Make the shards and manifests of every split (framework.generator.generate_data)."""
         return generator.generate_data(self, data_dir, tmp_dir, num_workers=num_workers, task_id=task_id,
                                        num_tasks=num_tasks, seed=seed, overwrite=overwrite,
-                                       num_shards=num_shards, verify=verify, partition_mb=partition_mb)
+                                       num_shards=num_shards, verify=verify, partition_mb=partition_mb,
+                                       claim_timeout_s=claim_timeout_s)
 
     # ---------------------------------------------------------------- reading side
     def example_reading_spec(self) -> dict:

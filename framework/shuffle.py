@@ -11,6 +11,11 @@ Decisions:
   for the same text in any format; blake2b-64 of the key decides the split (dev when its top 53 bits,
   as a fraction, fall below dev_fraction: an expected, not exact, share) and the shard (the hash mod
   the split's shard count). It depends on the text alone: not on the partitioning, workers or tasks.
+  A corpus may name files of its own dev split (`dev_paths`): their documents are dev, their shard the hash's.
+- Line pairs (translation: two line-aligned files): a unit is line n of each; both files are cut at the
+  same line numbers, found by a count pass over both in the planner (which also checks their line
+  counts), so planning reads the pair once more; a pair's split is its line number's (n % dev_every),
+  its shard the hash of its text.
 - Order: a shard's documents come in corpus order (partition order, then order within the partition,
   which is file order then byte/record order), so cutting the corpus differently gives the same shard.
 - Spill files (local runner, --num_tasks): one per partition, `<spill dir>/part-NNNNN.spill`: the
@@ -18,6 +23,10 @@ Decisions:
   then a JSON index {"split/shard": [offset, bytes, count]} and its 8-byte length. Written as
   `.incomplete` and renamed when whole, so a re-run after a kill keeps the finished ones (when the
   plan, recorded in `plan.json`, is the same). Memory: one partition's documents.
+- Claims: tasks sharing a data_dir take a partition by creating its claim file; the claimer renews the
+  claim's mtime while it reads (`heartbeat`). A claim of a dead process of this machine, or one not renewed
+  for the claim timeout (a task of another machine that died or hangs; the timeout must exceed the
+  machines' clock skew), is taken over.
 - A shard job (`shard_texts`) reads its group of every spill file in partition order. Without an
   active spill directory (a problem's generate_encoded_samples, tests) it reads every partition and
   keeps its own documents: the same texts, in the same order.
@@ -32,6 +41,7 @@ import os
 import re
 import struct
 import threading
+import time
 from typing import Iterable, Iterator
 
 from absl import logging
@@ -53,6 +63,15 @@ class DocumentCorpus:
     on_bad_utf8: str = "error"
     dev_fraction: float = 0.0
     whole_files: bool = False  # a file's whole text is one document (no blank-line separation)
+    dev_paths: tuple[str, ...] = ()  # a dev split of its own files (then dev_fraction is 0)
+    # Line pairs: `paths` are two line-aligned files (source, target); a unit is the pair of line n of
+    # each, its text "source\ntarget"; it is dev when n % dev_every == 0 (a position, as the files number it).
+    pairs: bool = False
+    dev_every: int = 0
+
+    def files(self) -> list[tuple[str, str | None]]:
+        """(path, the split its documents all go to; None: by their hash), in corpus order."""
+        return [(p, None) for p in self.paths] + [(p, SPLIT_EVAL) for p in self.dev_paths]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,6 +84,9 @@ class Partition:
     start: int = 0
     end: int | None = None  # None: the whole file
     part: tuple[int, int] | None = None  # Parquet row groups / Arrow record batches [start, stop)
+    split: str | None = None  # the split of a dev file's documents (None: by their hash)
+    target_range: tuple[int, int] | None = None  # line pairs: the target file's bytes of these lines
+    first_line: int = 1  # line pairs: the (1-based) number of the range's first line
 
     @property
     def byte_range(self) -> tuple[int, int] | None:
@@ -103,24 +125,90 @@ def _next_boundary(f, cut: int, size: int) -> int:
 
 def plan_partitions(corpus_spec: DocumentCorpus, partition_bytes: int) -> list[Partition]:
     """The corpus's partitions, in corpus order (see the module docstring)."""
+    if corpus_spec.pairs:
+        return _pair_partitions(corpus_spec, partition_bytes)
     out: list[Partition] = []
-    for file_index, path in enumerate(corpus_spec.paths):
+    for file_index, (path, split) in enumerate(corpus_spec.files()):
         if _record_parts(path, corpus_spec.whole_files):
             base = len(out)
-            out.extend(Partition(base + i, file_index, path, part=part)
+            out.extend(Partition(base + i, file_index, path, part=part, split=split)
                        for i, part in enumerate(corpus_formats.parts_of(path)))
             continue
         size = fileio.stat(path).length if _splittable(path, corpus_spec.whole_files) else 0
         if size <= partition_bytes:
-            out.append(Partition(len(out), file_index, path))
+            out.append(Partition(len(out), file_index, path, split=split))
             continue
         with fileio.open_file(path, "rb") as f:
             start = 0
             while start < size:
                 end = size if size - start <= partition_bytes else _next_boundary(f, start + partition_bytes, size)
-                out.append(Partition(len(out), file_index, path, start, end))
+                out.append(Partition(len(out), file_index, path, start, end, split=split))
                 start = end
     return out
+
+
+def _pair_partitions(corpus_spec: DocumentCorpus, partition_bytes: int) -> list[Partition]:
+    """Two line-aligned files cut at the same line numbers: a count pass over both finds the byte offsets
+    (and checks the line counts before any work). A compressed, structured or small pair: one partition."""
+    source, target = corpus_spec.paths
+    if not all(_splittable(p, False) for p in (source, target)) or fileio.stat(source).length <= partition_bytes:
+        return [Partition(0, 0, source)]
+    cuts, source_lines, source_size = _line_cuts(source, partition_bytes)
+    offsets, target_lines, target_size = _line_offsets(target, [lines for lines, _ in cuts])
+    if source_lines != target_lines:
+        raise corpus.CorpusError(f"{source} and {target} are not line-aligned: {source_lines} vs {target_lines} lines")
+    bounds = [(0, 0, 0)] + [(lines, at, t) for (lines, at), t in zip(cuts, offsets)]
+    bounds.append((source_lines, source_size, target_size))
+    return [Partition(i, 0, source, a[1], b[1], target_range=(a[2], b[2]), first_line=a[0] + 1)
+            for i, (a, b) in enumerate(zip(bounds, bounds[1:])) if b[1] > a[1]]
+
+
+def _newline_counts(path: str) -> Iterator[tuple[int, bytes]]:
+    """(the file's byte offset of each block, the block), blocks of 4 MB."""
+    with fileio.open_file(path, "rb") as f:
+        at = 0
+        for block in iter(lambda: f.read(1 << 22), b""):
+            yield at, block
+            at += len(block)
+
+
+def _line_cuts(path: str, every: int) -> tuple[list[tuple[int, int]], int, int]:
+    """Cuts about every `every` bytes, each just after a newline: ([(lines before it, byte offset)], the
+    file's line count (a last line without a newline counts), its size)."""
+    cuts: list[tuple[int, int]] = []
+    lines, want, size, last = 0, every, 0, b"\n"
+    length = fileio.stat(path).length
+    for at, block in _newline_counts(path):
+        pos = 0
+        while want - at < len(block):
+            nl = block.find(b"\n", max(want - at, pos))
+            if nl < 0:
+                break
+            lines += block.count(b"\n", pos, nl + 1)
+            pos = nl + 1
+            if at + pos < length:
+                cuts.append((lines, at + pos))
+            want = at + pos + every
+        lines += block.count(b"\n", pos)
+        size, last = at + len(block), block[-1:]
+    return cuts, lines + (size > 0 and last != b"\n"), size
+
+
+def _line_offsets(path: str, wanted: list[int]) -> tuple[list[int], int, int]:
+    """The byte offset just after the n-th newline for each n of `wanted` (ascending), the file's line
+    count and its size."""
+    out: list[int] = []
+    lines, size, last = 0, 0, b"\n"
+    for at, block in _newline_counts(path):
+        pos = 0
+        while len(out) < len(wanted) and lines + block.count(b"\n", pos) >= wanted[len(out)]:
+            for _ in range(wanted[len(out)] - lines):
+                pos = block.find(b"\n", pos) + 1
+            lines = wanted[len(out)]
+            out.append(at + pos)
+        lines += block.count(b"\n", pos)
+        size, last = at + len(block), block[-1:]
+    return out, lines + (size > 0 and last != b"\n"), size
 
 
 def document_key(text: str) -> str:
@@ -128,10 +216,12 @@ def document_key(text: str) -> str:
     return "\n".join(corpus.document_lines(text))
 
 
-def assign(text: str, dev_fraction: float, shards: dict[str, int]) -> tuple[str, int]:
-    """(split, shard) of a document: a hash of its text alone (module docstring)."""
+def assign(text: str, dev_fraction: float, shards: dict[str, int], split: str | None = None) -> tuple[str, int]:
+    """(split, shard) of a document: a hash of its text alone (module docstring); `split`: the split of
+    a dev file's documents, which only their shard is drawn for."""
     h = int.from_bytes(hashlib.blake2b(document_key(text).encode("utf-8"), digest_size=8).digest(), "little")
-    split = SPLIT_EVAL if dev_fraction > 0 and (h >> 11) / float(1 << 53) < dev_fraction else SPLIT_TRAIN
+    if split is None:
+        split = SPLIT_EVAL if dev_fraction > 0 and (h >> 11) / float(1 << 53) < dev_fraction else SPLIT_TRAIN
     return split, h % shards.get(split, 1)
 
 
@@ -157,6 +247,49 @@ def partition_texts(corpus_spec: DocumentCorpus, part: Partition,
         yield from corpus.iter_document_texts([part.path], corpus_spec.on_bad_utf8, byte_range=part.byte_range)
     except corpus.CorpusError as e:
         raise _with_file_line(e, part) from None
+
+
+def partition_units(corpus_spec: DocumentCorpus, part: Partition, bad: list[tuple[str, str]] | None = None
+                    ) -> Iterator[tuple[str, str | None]]:
+    """The units of one partition in order, each with the split it goes to (None: its hash decides):
+    documents (`partition_texts`), or line pairs."""
+    if corpus_spec.pairs:
+        yield from _partition_pairs(corpus_spec, part)
+        return
+    for text in partition_texts(corpus_spec, part, bad):
+        yield text, part.split
+
+
+def _partition_pairs(corpus_spec: DocumentCorpus, part: Partition) -> Iterator[tuple[str, str | None]]:
+    """Line n of the source and of the target, both stripped, as "source\ntarget"; a pair with a blank
+    side is left out."""
+    source, target = corpus_spec.paths
+    every = corpus_spec.dev_every
+    if part.byte_range is None:
+        pairs = corpus.parallel_lines(source, target, corpus_spec.on_bad_utf8)
+    else:
+        pairs = zip(range(part.first_line, 1 << 62),
+                    _range_lines(source, corpus_spec.on_bad_utf8, part.byte_range, part.first_line),
+                    _range_lines(target, corpus_spec.on_bad_utf8, part.target_range, part.first_line))
+    for n, s, t in pairs:
+        s, t = s.strip(), t.strip()
+        if s and t:
+            yield f"{s}\n{t}", (SPLIT_EVAL if every and n % every == 0 else SPLIT_TRAIN)
+
+
+def _range_lines(path: str, on_bad_utf8: str, byte_range: tuple[int, int] | None, first_line: int) -> Iterator[str]:
+    """The lines of a byte range that starts at line `first_line` (errors name the file's line)."""
+    try:
+        for block in corpus.iter_text_blocks(path, on_bad_utf8, byte_range):
+            lines = block.split("\n")
+            if block.endswith("\n"):
+                lines.pop()
+            yield from lines
+    except corpus.CorpusError as e:
+        m = re.match(re.escape(path) + r":(\d+):", str(e))
+        if m is None:
+            raise
+        raise type(e)(f"{path}:{int(m.group(1)) + first_line - 1}:" + str(e)[m.end():]) from None
 
 
 def _with_file_line(e: Exception, part: Partition) -> Exception:
@@ -186,8 +319,8 @@ def write_spill(corpus_spec: DocumentCorpus, part: Partition, shards: dict[str, 
     groups: dict[str, list[bytes]] = {}
     count = 0
     bad: list[tuple[str, str]] = []
-    for text in partition_texts(corpus_spec, part, bad):
-        split, shard = assign(text, corpus_spec.dev_fraction, shards)
+    for text, fixed in partition_units(corpus_spec, part, bad):
+        split, shard = assign(text, corpus_spec.dev_fraction, shards, fixed)
         data = text.encode("utf-8")
         groups.setdefault(_group(split, shard), []).extend((_LENGTH.pack(len(data)), data))
         count += 1
@@ -214,10 +347,14 @@ def _claim_path(directory: str, part: Partition) -> str:
     return os.path.join(directory, f"part-{part.index:05d}.claim")
 
 
-def claim(directory: str, part: Partition) -> bool:
+DEFAULT_CLAIM_TIMEOUT_S = 600.0
+
+
+def claim(directory: str, part: Partition, timeout_s: float = DEFAULT_CLAIM_TIMEOUT_S) -> bool:
     """Take the partition for this process (tasks sharing a data_dir read each partition once): True when
-    it is ours to read, False when its spill exists or a live process holds it. A claim of a process of
-    this machine that died is taken over; one of another machine is trusted (that task is running)."""
+    it is ours to read, False when its spill exists or a live process holds it. A claim is taken over
+    when its holder is a dead process of this machine, or when it has not been renewed (`heartbeat`)
+    for `timeout_s` seconds: a task of another machine that died or hangs."""
     if fileio.exists(spill_path(directory, part)):
         return False
     path = _claim_path(directory, part)
@@ -227,10 +364,65 @@ def claim(directory: str, part: Partition) -> bool:
     holder = _read_json(path)
     if holder.get("host") == locks.HOST and holder.get("pid") == os.getpid():
         return True
-    if holder.get("host") != locks.HOST or locks.process_running(int(holder.get("pid") or 0)):
+    dead = holder.get("host") == locks.HOST and not locks.process_running(int(holder.get("pid") or 0))
+    age = _age(path)
+    if not dead and age <= timeout_s:
         return False
-    fileio.remove_if_exists(path)  # its holder died: take it over (of two takers at once, one creates it)
+    logging.warning("taking over %s of %s (%s)", path, f"pid {holder.get('pid')} on {holder.get('host')}",
+                    "no longer running" if dead else f"not renewed for {age:.0f}s > --claim_timeout_s={timeout_s:g}")
+    fileio.remove_if_exists(path)  # of two takers at once, one creates it
     return locks.create_file(path, mine) and not fileio.exists(spill_path(directory, part))
+
+
+def _age(path: str) -> float:
+    """Seconds since the file was last written (0 when it is gone: nothing to take over)."""
+    try:
+        return max(0.0, time.time() - fileio.stat(path).mtime_nsec / 1e9)
+    except (*fileio.not_found_errors(), *fileio.file_errors()):
+        return 0.0
+
+
+def _renew(path: str) -> None:
+    """Mark a claim alive: its mtime now (rewritten where a file system cannot set mtimes)."""
+    try:
+        if fileio.is_local(path):
+            os.utime(path)
+        else:
+            with fileio.open_file(path, "r") as f:
+                content = f.read()
+            with fileio.open_file(path, "w") as f:
+                f.write(content)
+    except (OSError, *fileio.not_found_errors(), *fileio.file_errors()):
+        pass  # taken over or removed: the spill is still written whole, atomically
+
+
+@contextlib.contextmanager
+def heartbeat(path: str, timeout_s: float) -> Iterator[None]:
+    """Renew the claim `path` every timeout_s / 4 seconds while the block runs (a thread: a partition's
+    read and its spill write run without pauses for it)."""
+    stop = threading.Event()
+
+    def beat() -> None:
+        while not stop.wait(max(timeout_s / 4, 0.05)):
+            _renew(path)
+
+    thread = threading.Thread(target=beat, name=f"claim {os.path.basename(path)}", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
+def spill_if_claimed(corpus_spec: DocumentCorpus, part: Partition, shards: dict[str, int], directory: str,
+                     timeout_s: float = DEFAULT_CLAIM_TIMEOUT_S) -> int | None:
+    """A partition job: read and spill the partition if this process claims it, renewing the claim while
+    it works; its document count, or None when another process has it."""
+    if not claim(directory, part, timeout_s):
+        return None
+    with heartbeat(_claim_path(directory, part), timeout_s):
+        return write_spill(corpus_spec, part, shards, directory)
 
 
 def _read_json(path: str) -> dict:
@@ -241,12 +433,20 @@ def _read_json(path: str) -> dict:
 
 
 def _footer(path: str) -> tuple[dict, int]:
-    with fileio.open_file(path, "rb") as f:
-        size = fileio.stat(path).length
-        f.seek(size - _FOOTER.size)
-        (n,) = _FOOTER.unpack(f.read(_FOOTER.size))
-        f.seek(size - _FOOTER.size - n)
-        return json.loads(f.read(n)), size
+    st = fileio.stat(path)
+    key = (path, st.length, st.mtime_nsec)
+    if key not in _FOOTERS:  # a process making many shards reads each spill's index once
+        if len(_FOOTERS) > 4096:
+            _FOOTERS.clear()
+        with fileio.open_file(path, "rb") as f:
+            f.seek(st.length - _FOOTER.size)
+            (n,) = _FOOTER.unpack(f.read(_FOOTER.size))
+            f.seek(st.length - _FOOTER.size - n)
+            _FOOTERS[key] = json.loads(f.read(n))
+    return _FOOTERS[key], st.length
+
+
+_FOOTERS: dict[tuple[str, int, int], dict] = {}  # (spill path, size, mtime) -> its index
 
 
 def bad_records(directory: str, parts: list[Partition]) -> list[tuple[str, list[tuple[str, str]]]]:
@@ -332,17 +532,22 @@ def shard_texts(corpus_spec: DocumentCorpus, split: str, shard: int, num_shards:
         yield from stack[-1].texts(split, shard)
         return
     shards = {split: num_shards}
-    for text in all_texts(corpus_spec):
-        if assign(text, corpus_spec.dev_fraction, shards) == (split, shard):
+    for text, fixed in _all_units(corpus_spec):
+        if assign(text, corpus_spec.dev_fraction, shards, fixed) == (split, shard):
             yield text
 
 
 def all_texts(corpus_spec: DocumentCorpus) -> Iterable[str]:
     """Every document of the corpus, in corpus order (bad records checked per file)."""
+    return (text for text, _ in _all_units(corpus_spec))
+
+
+def _all_units(corpus_spec: DocumentCorpus) -> Iterator[tuple[str, str | None]]:
+    """Every unit of the corpus with its fixed split (`partition_units`), in corpus order."""
     parts = plan_partitions(corpus_spec, 1 << 62)
     bad: list[tuple[str, str]] = []
     for i, part in enumerate(parts):
-        yield from partition_texts(corpus_spec, part, bad)
+        yield from partition_units(corpus_spec, part, bad)
         if i + 1 == len(parts) or parts[i + 1].file_index != part.file_index:
             corpus_formats.check_bad_records([(part.path, bad)])
             bad = []
@@ -351,12 +556,28 @@ def all_texts(corpus_spec: DocumentCorpus) -> Iterable[str]:
 def plan_identity(corpus_spec: DocumentCorpus, parts: list[Partition], shards: dict[str, int]) -> dict:
     """What a spill directory was made for: a re-run keeps its finished spills only when this is equal."""
     files = []
-    for path in corpus_spec.paths:
+    for path, _ in corpus_spec.files():
         st = fileio.stat(path)
         files.append([str(path), st.length, getattr(st, "mtime_nsec", 0)])
-    return {"corpus": dataclasses.asdict(corpus_spec) | {"paths": [str(p) for p in corpus_spec.paths]},
+    return {"corpus": dataclasses.asdict(corpus_spec) | {"paths": [str(p) for p in corpus_spec.paths],
+                                                        "dev_paths": [str(p) for p in corpus_spec.dev_paths]},
             "files": files, "shards": shards,
-            "partitions": [[p.file_index, p.start, p.end] for p in parts]}
+            "partitions": [[p.file_index, p.start, p.end, p.split, p.target_range, p.first_line, p.part]
+                           for p in parts]}
+
+
+def planned_partitions(directory: str, corpus_spec: DocumentCorpus, shards: dict[str, int]) -> list[Partition] | None:
+    """The partitions of the spill directory's plan when it was made for this corpus (same files, sizes
+    and mtimes) and these shard counts, else None: a task after the first skips the planning (for line
+    pairs a count pass over both files)."""
+    marker = _read_json(os.path.join(directory, "plan.json"))
+    now = json.loads(json.dumps(plan_identity(corpus_spec, [], shards)))
+    if not marker or any(marker.get(k) != now[k] for k in ("corpus", "files", "shards")):
+        return None
+    paths = [path for path, _ in corpus_spec.files()]
+    return [Partition(i, f, paths[f], start, end, part=tuple(part) if part else None, split=split,
+                      target_range=tuple(target) if target else None, first_line=first)
+            for i, (f, start, end, split, target, first, part) in enumerate(marker["partitions"])]
 
 
 def prepare_directory(directory: str, identity: dict) -> None:

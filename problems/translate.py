@@ -7,17 +7,19 @@ appended — tensor2tensor's translate_enzh_wmt8k pipeline with the corpus read 
 Decisions:
 - The dev split is held out deterministically: every `dev_every`-th pair (by line number), so the
   same input always gives the same split and no pair is in both.
+- Datagen reads the pair once (framework/shuffle.py, line pairs): both files cut at the same line numbers,
+  each pair sent to the shard a hash of its text picks; a shard job reads only its own pairs, in corpus
+  order.
 - Files of different line counts are an error naming both counts: a silently shifted alignment trains
   garbage. Pairs where either side is blank are skipped (tensor2tensor does the same).
 """
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import os
 from typing import Iterator
 
-from textrain.framework import corpus, corpus_formats, fileio
+from textrain.framework import corpus, corpus_formats, fileio, shuffle
 from textrain.framework.problem import DatasetSplit
 from textrain.framework.registry import register_problem
 from textrain.framework.settings import help_text
@@ -41,18 +43,6 @@ def _find(tmp_dir: str, name: str) -> str:
     raise corpus.CorpusError(f"{os.path.join(tmp_dir, name)}[.gz|.bz2] not found (--tmp_dir={tmp_dir!r})")
 
 
-def parallel_pairs(source: str, target: str, on_bad_utf8: str = "error") -> Iterator[tuple[int, str, str]]:
-    """(line number, source line, target line) of two line-aligned files; a length mismatch is an error."""
-    n_src = n_tgt = 0
-    for s, t in itertools.zip_longest(corpus.iter_lines(source, on_bad_utf8),
-                                      corpus.iter_lines(target, on_bad_utf8)):
-        n_src, n_tgt = n_src + (s is not None), n_tgt + (t is not None)
-        if s is not None and t is not None:
-            yield s[0], s[1].strip(), t[1].strip()
-    if n_src != n_tgt:
-        raise corpus.CorpusError(f"{source} and {target} are not line-aligned: {n_src} vs {n_tgt} lines")
-
-
 class TranslateProblem(Text2TextProblem):
     """Parallel files `{tmp_dir}/train.{source_lang}` and `train.{target_lang}`."""
 
@@ -63,20 +53,34 @@ class TranslateProblem(Text2TextProblem):
     def dataset_splits(self):
         return [(DatasetSplit.TRAIN, 8), (DatasetSplit.EVAL, 1)]
 
-    def corpus_inputs(self, tmp_dir: str) -> list[str]:
-        """The two line-aligned files (datagen renders structured or compressed ones once)."""
+    def parallel_files(self, tmp_dir: str) -> list[str]:
+        """The two line-aligned files (source, target), read as their format says."""
         options = corpus_formats.ReadOptions.of(self.hparams, layout="lines")
         return corpus_formats.corpus_files(
             [_find(tmp_dir, f"train.{self.source_lang}"), _find(tmp_dir, f"train.{self.target_lang}")], options)
 
+    def document_corpus(self, tmp_dir: str) -> shuffle.DocumentCorpus:
+        """The pair of files as line pairs, read once by datagen and shuffled to the shards."""
+        return shuffle.DocumentCorpus(tuple(self.parallel_files(tmp_dir)), self.hparams.on_bad_utf8, pairs=True,
+                                      dev_every=self.hparams.dev_every)
+
     def generate_samples(self, data_dir, tmp_dir, split) -> Iterator[dict]:
-        source, target = self.corpus_inputs(tmp_dir)
+        """Every pair of `split`, in file order (the vocabulary's text)."""
+        source, target = self.parallel_files(tmp_dir)
         every = self.hparams.dev_every
-        for n, s, t in parallel_pairs(source, target, self.hparams.on_bad_utf8):
+        for n, s, t in corpus.parallel_lines(source, target, self.hparams.on_bad_utf8):
             if not s or not t:
                 continue
             if (split == DatasetSplit.EVAL) == (n % every == 0):
                 yield {"inputs": s, "targets": t}
+
+    def generate_shard(self, data_dir: str, tmp_dir: str, split: str, shard_id: int, num_shards: int,
+                       seed: int) -> Iterator[dict]:
+        """This shard's pairs, from the corpus shuffle, in corpus order."""
+        encoders = self.feature_encoders(data_dir)
+        for text in shuffle.shard_texts(self.document_corpus(tmp_dir), split, shard_id, num_shards):
+            source, target = text.split("\n", 1)
+            yield self.encode_sample({"inputs": source, "targets": target}, encoders)
 
 
 @register_problem

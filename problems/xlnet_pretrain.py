@@ -31,21 +31,24 @@ Decisions (where we differ from the original, on purpose):
 - Exactly num_predict masks per record. Settings that make it impossible (ceil(num_predict/2) >
   reuse_len ...) are a ValueError naming the flags, instead of the original's endless loop
   (zihangdai/xlnet#217). mask_alpha < mask_beta (an empty context, a crash in the original) too.
-- Parallel, deterministic generation. The documents of the input (a run of non-blank lines with its
-  trailing blank lines; leading blank lines of a file go with its first document) are assigned to
-  shards as *contiguous ranges balanced by characters*: shard k takes the documents whose first
-  character lies in the k-th 1/num_shards of the corpus. Contiguous ranges keep neighbouring
-  documents (chapters of a book) neighbours in a stream, as in the original's single stream; each
-  shard is an independent set of bsz_per_host streams written row-major per batch, so row i of batch
-  t+1 continues row i of batch t inside a shard. Randomness comes from `shard_np_rng(seed, split/pass,
-  shard)` only: same seed and input give the same bytes for any number of workers.
-- num_passes is real: each pass re-samples A/B and masks with its own rng and, like the original
-  (which permutes its input files per pass), visits the shard's input files in a pass-specific order.
-  Passes are appended to the same shard file.
+- Parallel, deterministic generation, the corpus read once (framework/shuffle.py): a document (a run
+  of non-blank lines; blank lines separate documents) goes to the shard a hash of its text picks, and
+  a shard's stream is its documents in corpus order, each ended by one <eod> (with use_eod) as a
+  document followed by a blank line is in the original; runs of blank lines, and blank lines before a
+  file's first document, are one separator (the original gives each blank line an <eod>). Each shard is
+  an independent set of bsz_per_host streams written row-major per batch, so row i of batch t+1
+  continues row i of batch t inside a shard. Randomness comes from `shard_np_rng(seed, split/pass,
+  shard)` only: same seed and input give the same bytes for any number of workers, tasks or runner,
+  and for the same text cut into any files or formats. `--dev_input_file`'s documents make the dev
+  split (their shard by the same hash).
+- num_passes is real: each pass re-samples A/B and masks with its own rng over the shard's stream;
+  passes are appended to the same shard file. The original also permutes a task's input files per
+  pass; a shard here mixes documents of every file, and its bytes must not depend on how the text is
+  cut into files, so its stream is in corpus order in every pass.
 - The sampling is vectorised with numpy over many records at once (same distributions as the
   original's per-record Python loops, not the same random draws: the original is not seeded).
-- Speed: text is encoded in ~1 MB chunks by one SentencePiece call and a worker reads the corpus once for
-  all its shards; memory is one shard's ids plus 4096 records (docs/HISTORY.md).
+- Speed: text is encoded in ~1 MB chunks by one SentencePiece call; memory is one shard's ids plus
+  4096 records (docs/HISTORY.md).
 - perm_size = 0 means reuse_len (the original's README uses perm_size = reuse_len).
 - `after_split` also writes the original's `corpus_info.json` and one combined
   `record_info-{split}-0-0.bsz-...json` listing every shard; the original reader takes only the first
@@ -54,7 +57,6 @@ Decisions (where we differ from the original, on purpose):
 from __future__ import annotations
 
 import dataclasses
-import functools
 import itertools
 import json
 import os
@@ -63,7 +65,7 @@ from typing import Callable, Iterable, Iterator, Sequence
 import numpy as np
 from absl import logging
 
-from textrain.framework import corpus, corpus_formats, encoders, fileio, records
+from textrain.framework import corpus, corpus_formats, encoders, fileio, records, shuffle
 from textrain.framework.errors import SettingsMismatchError
 from textrain.framework.generator import shard_np_rng
 from textrain.framework.lazy_tf import tf
@@ -537,119 +539,20 @@ def iter_records(data: np.ndarray, sent_ids: np.ndarray, cfg: XlnetRecordSetting
 # =============================================================================================== #
 @dataclasses.dataclass
 class Document:
-    """A run of non-blank lines with its trailing blank lines (raw lines, blank ones kept)."""
+    """A document's lines as the original's per-line loop sees them (blank lines kept: each one is an
+    <eod> with use_eod)."""
 
-    file_index: int
     lines: list[str]
 
 
-def iter_file_lines(path: str, on_bad_utf8: str = "error") -> Iterator[list[str]]:
-    """The lines of a file (those of `corpus.iter_lines`, without newlines), a block at a time.
-
-    Read with the corpus module's block reader (one decode per ~4 MB instead of tf.io.gfile's
-    per-line readline, ~7x less CPU). The block reader drops carriage returns of plain files as
-    gfile's readline does; a .gz/.bz2 line keeps them, and `iter_lines` strips the trailing ones.
-    """
-    strip_cr = corpus.is_compressed(path)
-    for block in corpus.iter_text_blocks(path, on_bad_utf8):
-        lines = block.split("\n")
-        if block.endswith("\n"):
-            lines.pop()
-        if strip_cr and "\r" in block:
-            lines = [line.rstrip("\r") for line in lines]
-        yield lines
-
-
-def iter_documents(paths: Sequence[str], on_bad_utf8: str = "error") -> Iterator[Document]:
-    """Documents in corpus order. Leading blank lines of a file belong to its first document, so
-    concatenating a file's documents gives back its lines."""
-    for file_index, path in enumerate(paths):
-        lines: list[str] = []
-        has_text = False  # the current document has a non-blank line
-        ended = False     # ... and a blank line after it
-        for block in iter_file_lines(path, on_bad_utf8):
-            for line in block:
-                blank = not line.strip()
-                if not blank and ended:
-                    yield Document(file_index, lines)
-                    lines, has_text, ended = [], False, False
-                lines.append(line)
-                if blank:
-                    ended = ended or has_text
-                else:
-                    has_text = True
-        if lines:
-            yield Document(file_index, lines)
-
-
-@functools.lru_cache(maxsize=8)
-def _document_sizes(paths: tuple[str, ...], on_bad_utf8: str, stamp: tuple) -> np.ndarray:
-    del stamp  # part of the cache key only
-    return np.fromiter((sum(len(ln) + 1 for ln in d.lines) for d in iter_documents(paths, on_bad_utf8)),
-                       dtype=np.int64)
-
-
-def document_shards(sizes: np.ndarray, num_shards: int) -> np.ndarray:
-    """Shard of each document: contiguous ranges balanced by characters (by first character)."""
-    total = int(sizes.sum())
-    if total == 0:
-        return np.zeros(len(sizes), np.int64)
-    starts = np.cumsum(sizes) - sizes
-    return np.minimum(starts * num_shards // total, num_shards - 1)
-
-
-class _DocumentCursor:
-    """Reads a corpus's documents forward, remembering where it stopped.
-
-    A worker makes its shards in increasing order (0, 2, 4 ... of 8 with two workers), and each
-    shard is a contiguous range of documents, so the next shard continues where the last one
-    stopped instead of reading the corpus again from its start (with 8 shards that was 4.5 reads of
-    the corpus instead of one). A shard before the position starts a new read.
-    """
-
-    def __init__(self, paths: Sequence[str], on_bad_utf8: str):
-        self._docs = iter_documents(paths, on_bad_utf8)
-        self.position = 0  # index of the next document self._docs yields
-
-    def take(self, lo: int, hi: int) -> Iterator[Document]:
-        """Documents lo..hi-1 (lo >= self.position)."""
-        for doc in self._docs:
-            self.position += 1
-            if self.position > lo:
-                yield doc
-            if self.position >= hi:
-                return
-
-
-# One cursor per process: (paths, on_bad_utf8, files' size and mtime) -> cursor.
-_CURSOR: dict[tuple, _DocumentCursor] = {}
-
-
-def iter_shard_documents(paths: Sequence[str], shard_id: int, num_shards: int,
-                         on_bad_utf8: str = "error") -> Iterator[Document]:
-    """The documents of one shard (a contiguous range of the corpus), read as they are used."""
-    stamp = tuple((fileio.stat(p).length, fileio.stat(p).mtime_nsec) for p in paths)
-    owner = document_shards(_document_sizes(tuple(paths), on_bad_utf8, stamp), num_shards)
-    mine = np.flatnonzero(owner == shard_id)
-    if mine.size == 0:
-        return
-    lo, hi = int(mine[0]), int(mine[-1]) + 1
-    key = (tuple(paths), on_bad_utf8, stamp)
-    cursor = _CURSOR.get(key)
-    if cursor is None or cursor.position > lo:
-        _CURSOR.clear()
-        cursor = _CURSOR[key] = _DocumentCursor(paths, on_bad_utf8)
-    yield from cursor.take(lo, hi)
-
-
-def shard_documents(paths: Sequence[str], shard_id: int, num_shards: int,
-                    on_bad_utf8: str = "error") -> list[Document]:
-    """The documents of one shard, as a list."""
-    return list(iter_shard_documents(paths, shard_id, num_shards, on_bad_utf8))
+def shuffled_document(text: str) -> Document:
+    """A document of the corpus shuffle (its text lines) as the original reads it from a file in which
+    one blank line follows every document: its stripped text lines, then that blank line."""
+    return Document(corpus.document_lines(text) + [""])
 
 
 def documents_from_ids(docs: Sequence[Document], texts_ids: np.ndarray, text_lengths: np.ndarray,
-                       use_eod: bool) -> list[tuple[int, np.ndarray, np.ndarray]]:
+                       use_eod: bool) -> list[tuple[np.ndarray, np.ndarray]]:
     """`encode_document` for many documents at once, without a Python step per line.
 
     `texts_ids` are the ids of the documents' non-blank lines, concatenated in order, and
@@ -680,7 +583,7 @@ def documents_from_ids(docs: Sequence[Document], texts_ids: np.ndarray, text_len
     sent = np.repeat(line_sent, counts)
     doc_end = ends[doc_start + doc_lines - 1] if len(ends) else np.zeros(len(docs), np.int64)
     bounds = np.concatenate([[0], doc_end]).tolist()
-    return [(d.file_index, ids[a:b], sent[a:b]) for d, a, b in zip(docs, bounds[:-1], bounds[1:])]
+    return [(ids[a:b], sent[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
 
 
 def _flat(encode_batch: Callable[[list[str]], list[list[int]]]
@@ -697,10 +600,10 @@ def _flat(encode_batch: Callable[[list[str]], list[list[int]]]
 def encode_documents_flat(docs: Iterable[Document],
                           encode_flat: Callable[[list[str]], tuple[np.ndarray, np.ndarray]],
                           use_eod: bool, chunk_chars: int = _ENCODE_CHUNK_CHARS
-                          ) -> list[tuple[int, np.ndarray, np.ndarray]]:
-    """(file_index, ids, sent_ids) per document; the non-blank lines of about `chunk_chars`
+                          ) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(ids, sent_ids) per document; the non-blank lines of about `chunk_chars`
     characters of documents are encoded per call (one batch for the encoder, bounded memory)."""
-    out: list[tuple[int, np.ndarray, np.ndarray]] = []
+    out: list[tuple[np.ndarray, np.ndarray]] = []
     chunk: list[Document] = []
     size = 0
 
@@ -721,19 +624,9 @@ def encode_documents_flat(docs: Iterable[Document],
 
 
 def encode_documents(docs: Iterable[Document], encode_batch: Callable[[list[str]], list[list[int]]],
-                     use_eod: bool) -> list[tuple[int, np.ndarray, np.ndarray]]:
-    """(file_index, ids, sent_ids) per document, with an encode_batch (texts -> ids per text)."""
+                     use_eod: bool) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(ids, sent_ids) per document, with an encode_batch (texts -> ids per text)."""
     return encode_documents_flat(docs, _flat(encode_batch), use_eod)
-
-
-def pass_stream(encoded_docs: Sequence[tuple[int, np.ndarray, np.ndarray]],
-                rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """The shard's stream for one pass: its input files in a random order (as the original permutes
-    files per pass), documents in corpus order within a file."""
-    files = sorted({f for f, _, _ in encoded_docs})
-    order = [files[i] for i in rng.permutation(len(files))]
-    by_file = {f: [(ids, sent) for g, ids, sent in encoded_docs if g == f] for f in files}
-    return join_streams([piece for f in order for piece in by_file[f]])
 
 
 # =============================================================================================== #
@@ -814,24 +707,27 @@ class XlnetPretrain(Problem):
                              f"--{'dev_input_file' if split == DatasetSplit.EVAL else 'input_file'}")
         return corpus.expand_paths(pattern, corpus_formats.ReadOptions.of(self.hparams))
 
-    def corpus_inputs(self, tmp_dir: str) -> list[str]:
-        """The corpus files the shards read (datagen renders the structured ones once: framework/generator.py)."""
-        return [p for split, _ in self.dataset_splits() for p in self.input_paths(split)]
+    def document_corpus(self, tmp_dir: str) -> shuffle.DocumentCorpus:
+        """The corpus (--input_file; --dev_input_file: the dev split's own files), read once by datagen
+        and shuffled to the shards by a hash of each document's text (framework/shuffle.py)."""
+        hp = self.hparams
+        dev = tuple(self.input_paths(DatasetSplit.EVAL)) if hp.dev_input_file else ()
+        return shuffle.DocumentCorpus(tuple(self.input_paths(DatasetSplit.TRAIN)), hp.on_bad_utf8, dev_paths=dev)
 
     def shard_stream_documents(self, data_dir: str, split: str, shard_id: int,
-                               num_shards: int) -> list[tuple[int, np.ndarray, np.ndarray]]:
-        """This shard's documents, encoded: (file_index, ids, sent_ids) each."""
-        docs = iter_shard_documents(self.input_paths(split), shard_id, num_shards, self.hparams.on_bad_utf8)
-        return encode_documents_flat(docs, self.encoder(data_dir).encode_batch_flat, self.hparams.use_eod)
+                               num_shards: int) -> list[tuple[np.ndarray, np.ndarray]]:
+        """This shard's documents in corpus order, encoded: (ids, sent_ids) each."""
+        texts = shuffle.shard_texts(self.document_corpus(""), split, shard_id, num_shards)
+        return encode_documents_flat(map(shuffled_document, texts), self.encoder(data_dir).encode_batch_flat,
+                                     self.hparams.use_eod)
 
     def generate_shard(self, data_dir: str, tmp_dir: str, split: str, shard_id: int, num_shards: int,
                        seed: int) -> Iterator[records.SampleBatch]:
-        encoded = self.shard_stream_documents(data_dir, split, shard_id, num_shards)
+        data, sent_ids = join_streams(self.shard_stream_documents(data_dir, split, shard_id, num_shards))
         table = self.start_piece_table(data_dir)
         cfg = XlnetRecordSettings.from_hparams(self.hparams)
         for pass_id in range(self.hparams.num_passes):
             rng = shard_np_rng(seed, f"{split}/pass-{pass_id}", shard_id)
-            data, sent_ids = pass_stream(encoded, rng)
             for chunk in iter_record_batches(data, sent_ids, cfg, table, rng):
                 yield records.SampleBatch(chunk)  # written column-wise: no dict per record
 

@@ -85,6 +85,57 @@ def test_beam_shards_are_byte_identical_to_local(beam, local_dir, tmp_path):
     assert vocab(tmp_path) == vocab(local_dir)
 
 
+@pytest.mark.slow
+def test_xlnet_beam_shards_and_stage_progress_equal_local(beam, tmp_path):
+    """xlnet_pretrain, whose documents go through the same shuffle (with a dev split of its own file): Beam
+    with 2 worker processes writes local datagen's shards, and logs a line per stage."""
+    dev = tmp_path / "dev.txt"
+    with open(EMMA, encoding="utf-8") as f:
+        dev.write_text("".join(f.readlines()[:3000]))
+    sp_model = os.path.join(REPO, "tests", "data", "xlnet_spiece_1200.model")
+    common = [sys.executable, "-m", "textrain.framework.datagen", "--problem=xlnet_pretrain", f"--input_file={EMMA}",
+              f"--dev_input_file={dev}", f"--sp_model={sp_model}", "--seq_len=64", "--reuse_len=32",
+              "--num_predict=8", "--bsz_per_host=4", "--num_core_per_host=1", "--num_shards=4", "--partition_mb=0.2"]
+    hashes = {}
+    for name, extra in (("local", []), ("beam", ["--runner=beam", f"--beam_pipeline_options={DIRECT_2}"])):
+        out = tmp_path / name
+        proc = subprocess.run([*common, f"--data_dir={out}", *extra], cwd=REPO, capture_output=True, text=True,
+                              timeout=300, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        folder = out / "xlnet_pretrain"
+        hashes[name] = {f: hashlib.sha256((folder / f).read_bytes()).hexdigest()
+                        for f in sorted(os.listdir(folder)) if f.endswith(".tfrecord")}
+    assert len(hashes["local"]) == 5 and hashes["beam"] == hashes["local"]
+    assert "shuffle (partitions read):" in proc.stderr and "shards: 5/5" in proc.stderr
+
+
+@pytest.mark.slow
+def test_translate_beam_shards_equal_local(beam, tmp_path):
+    """translate's line pairs (two files cut at the same lines) through the engine's shuffle: local's shards."""
+    parallel = tmp_path / "parallel"
+    parallel.mkdir()
+    with open(EMMA, encoding="utf-8") as f:
+        lines = [line.strip() for line in f if line.strip()][:4000]
+    (parallel / "train.en").write_text("\n".join(lines) + "\n")
+    (parallel / "train.zh").write_text("\n".join(line.upper() for line in lines) + "\n")
+    common = [sys.executable, "-m", "textrain.framework.datagen", "--problem=translate_enzh_sub8k",
+              f"--tmp_dir={parallel}", "--num_shards=3", "--partition_mb=0.05", "--dev_every=20"]
+    hashes = {}
+    for name, extra in (("local", []), ("beam", ["--runner=beam", f"--beam_pipeline_options={DIRECT_2}"])):
+        out = tmp_path / name
+        if name == "beam":  # the same vocabularies (building them is not what is compared)
+            import shutil
+            shutil.copytree(tmp_path / "local" / "translate_enzh_sub8k", out / "translate_enzh_sub8k",
+                            ignore=shutil.ignore_patterns("*.tfrecord*", "*.json"))
+        proc = subprocess.run([*common, f"--data_dir={out}", *extra], cwd=REPO, capture_output=True, text=True,
+                              timeout=300, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        folder = out / "translate_enzh_sub8k"
+        hashes[name] = {f: hashlib.sha256((folder / f).read_bytes()).hexdigest()
+                        for f in sorted(os.listdir(folder)) if f.endswith(".tfrecord")}
+    assert len(hashes["local"]) == 4 and hashes["beam"] == hashes["local"]
+
+
 def test_pipeline_options_in_both_forms_users_write(beam):
     from textrain.framework.beam_datagen import pipeline_args, pipeline_options
 

@@ -309,7 +309,7 @@ def test_beam_runner_same_shards(work, tmp_path, split_corpus):
 def leftovers(data_dir: str) -> list[str]:
     """Rendered corpus files, spill files and temporary files left in a data_dir."""
     return sorted(p for p in glob.glob(os.path.join(data_dir, "**", "*"), recursive=True, include_hidden=True)
-                  if ".rendered" in p or ".shuffle" in p or p.endswith(".incomplete"))
+                  if ".rendered" in p or ".shuffle" in p or ".beam-failures" in p or p.endswith(".incomplete"))
 
 
 @pytest.fixture(scope="module")
@@ -399,6 +399,28 @@ def test_skip_bad_records_counts_per_file_across_units(work, tmp_path):
     assert "row group 4, row 2: field 'text' is NoneType" in line and "1 bad record(s) skipped before it" in line
     proc = datagen(str(tmp_path / "two"), *common, "--skip_bad_records=2")
     assert "skipped 2 bad record(s)" in proc.stderr and "row group 0, row 2, row group 4, row 2" in proc.stderr
+
+
+def test_beam_checks_bad_records_per_file_as_local(work, tmp_path):
+    """--runner=beam: the same file as above, one bad record in each of two row groups (two partitions, read by
+    different bundles): --skip_bad_records=1 is the one line naming the second, =2 writes local's shards."""
+    pytest.importorskip("apache_beam")
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    texts = ["\n".join(d) for d in work["docs"]]
+    texts[2] = texts[30] = None
+    path = str(tmp_path / "nulls.parquet")
+    pq.write_table(pa.table({"text": texts}), path, row_group_size=7)
+    common = [*BERT, f"--input_file={path}", f"--vocab_file={work['vocab']}", "--sentence_splitter=none"]
+    beam = ["--runner=beam", "--beam_pipeline_options=--runner=DirectRunner --direct_num_workers=2 "
+                             "--direct_running_mode=multi_processing"]
+    failed = str(tmp_path / "one")
+    line = _one_line_error(datagen(failed, *common, *beam, "--skip_bad_records=1", ok=False))
+    assert "row group 4, row 2: field 'text' is NoneType" in line and "1 bad record(s) skipped before it" in line
+    assert not glob.glob(os.path.join(failed, "**", "*.tfrecord"), recursive=True) and leftovers(failed) == []
+    datagen(str(tmp_path / "local"), *common, "--skip_bad_records=2")
+    datagen(str(tmp_path / "two"), *common, *beam, "--skip_bad_records=2")
+    assert shard_bytes(str(tmp_path / "two")) == shard_bytes(str(tmp_path / "local"))
 
 
 # ----------------------------------------------------------------------------------------------- #

@@ -19,6 +19,9 @@ import pytest
 
 from textrain.framework import encoders
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from tree_cost import descendants, process_cost  # noqa: E402
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOCUMENTS = (1 << 20) + (1 << 14)  # past 2^20: no per-process document index can stand in for a read-once path
 WORDS = ("the quick brown fox jumps over lazy dog a an of to in is was he she it they we you and or but "
@@ -47,36 +50,6 @@ def corpus(tmp_path_factory) -> tuple[str, str]:
     with open(vocab, "w") as f:
         f.write("\n".join(list(encoders.BERT_SPECIAL_TOKENS) + sorted(set(WORDS))) + "\n")
     return path, vocab
-
-
-def descendants(root: int) -> list[int]:
-    parents: dict[int, list[int]] = {}
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                with open(f"/proc/{name}/stat") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            parents.setdefault(ppid, []).append(int(name))
-    out, stack = [], [root]
-    while stack:
-        pid = stack.pop()
-        out.append(pid)
-        stack.extend(parents.get(pid, []))
-    return out
-
-
-def process_cost(pid: int) -> tuple[float, int] | None:
-    """(CPU seconds, bytes read = rchar) of a live process."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        with open(f"/proc/{pid}/io") as f:
-            io = dict(line.split(": ") for line in f.read().splitlines())
-    except (OSError, IndexError, ValueError):
-        return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"), int(io["rchar"])
 
 
 def run_datagen(corpus: tuple[str, str], data_dir: str, num_shards: int, cpu_limit: float,

@@ -27,18 +27,6 @@ ALLOWED = {
     ("framework/corpus_formats/rendering.py", "f", "compressed_offset"): "a file object: gzip/bz2 or zstd's",
     ("framework/corpus_formats/jsonl.py", "f", "compressed_offset"): "a file object: gzip/bz2 or zstd's",
 }
-# Probes on project objects in the corpus readers, still to be declared (a reader's parts, a problem's
-# reader settings, a path that may carry rendered parts): listed so that no new one comes in unnoticed.
-TO_DECLARE = {
-    ("framework/corpus.py", "path", "rendered"),
-    ("framework/corpus_formats/records.py", "reader", "count_parts"),
-    ("framework/corpus_formats/base.py", "settings", "text_field"),
-    ("framework/corpus_formats/base.py", "settings", "sentence_splitter"),
-    ("framework/corpus_formats/base.py", "settings", "paragraphs_as_documents"),
-}
-
-
-
 def _probes(path: str, rel: str):
     with open(path, encoding="utf-8") as f:
         tree = ast.parse(f.read())
@@ -62,7 +50,7 @@ def test_no_probing_of_project_objects():
                 rel = os.path.relpath(path, REPO).replace(os.sep, "/")
                 for key, line in _probes(path, rel):
                     seen.add(key)
-                    if key not in ALLOWED and key not in TO_DECLARE:
+                    if key not in ALLOWED:
                         found.append(f"{rel}:{line}: {key[1]} . {key[2]}")
     assert not found, "declare it in the contract instead of probing:\n" + "\n".join(found)
-    assert not (set(ALLOWED) | TO_DECLARE) - seen, f"allowed but gone (remove it): {sorted((set(ALLOWED) | TO_DECLARE) - seen)}"
+    assert not set(ALLOWED) - seen, f"allowed but gone (remove it): {sorted(set(ALLOWED) - seen)}"

@@ -11,7 +11,7 @@ import pytest
 import textrain.problems as problems  # noqa: F401
 from textrain.framework import corpus, encoders, registry
 from textrain.framework.problem import DataParams, ModeKeys
-from textrain.problems.translate import TranslateEnzhSub8k, parallel_pairs
+from textrain.problems.translate import TranslateEnzhSub8k
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -38,7 +38,7 @@ def test_misaligned_files_name_both_counts(tmp_path):
     (tmp_path / "a").write_text("x\ny\nz\n")
     (tmp_path / "b").write_text("x\ny\n")
     with pytest.raises(corpus.CorpusError, match=r"not line-aligned: 3 vs 2 lines"):
-        list(parallel_pairs(str(tmp_path / "a"), str(tmp_path / "b")))
+        list(corpus.parallel_lines(str(tmp_path / "a"), str(tmp_path / "b")))
 
 
 def test_missing_parallel_file(tmp_path):
@@ -67,7 +67,7 @@ def test_datagen_end_to_end(tmp_path, parallel_dir):
     first = next(iter(ds))
     ids = [i for i in first["targets"][0].numpy().tolist() if i != 0]
     assert ids[-1] == encoders.EOS_ID
-    pairs = [(s, t) for n, s, t in parallel_pairs(f"{parallel_dir}/train.en.gz", f"{parallel_dir}/train.zh")
+    pairs = [(s, t) for n, s, t in corpus.parallel_lines(f"{parallel_dir}/train.en.gz", f"{parallel_dir}/train.zh")
              if n % 100 == 0 and s and t]
     assert enc["targets"].decode(ids[:-1]) in {t for _, t in pairs}
     # Bucketed training batches stay within max_length.

@@ -220,13 +220,16 @@ def test_sentence_ids_per_line_eod_and_file_join_flip():
     assert sent.tolist() == [True, False]
 
 
-def test_documents_reproduce_the_file(tmp_path):
+def test_documents_are_the_corpus_documents_each_ended_by_one_eod(tmp_path):
+    """A shuffled document is read as the original reads a file whose documents are each followed by one
+    blank line: encoding document by document and joining equals the original's one loop over it."""
+    from textrain.framework import shuffle
     path = tmp_path / "t.txt"
-    lines = ["", "s1", "s2", "", "", "s3", "", "s4"]
-    path.write_text("\n".join(lines) + "\n")
-    docs = list(xp.iter_documents([str(path)]))
-    assert [d.lines for d in docs] == [["", "s1", "s2", "", ""], ["s3", ""], ["s4"]]
-    # encoding document by document and joining equals the original's one loop over the file
+    path.write_text("\n".join(["", "s1", " s2 ", "", "", "s3", "", "s4"]) + "\n")
+    texts = list(shuffle.all_texts(shuffle.DocumentCorpus((str(path),))))
+    docs = [xp.shuffled_document(t) for t in texts]
+    assert [d.lines for d in docs] == [["s1", "s2", ""], ["s3", ""], ["s4", ""]]
+    lines = ["s1", "s2", "", "s3", "", "s4", ""]
     ids_of = {f"s{i}": [100 + i] for i in range(1, 5)}
     whole = xp.encode_document(lines, iter([ids_of[x] for x in lines if x]), True)
     parts = [xp.encode_document(d.lines, iter([ids_of[x] for x in d.lines if x]), True) for d in docs]
@@ -238,59 +241,33 @@ def test_documents_reproduce_the_file(tmp_path):
 def test_documents_from_ids_equals_the_per_line_loop():
     rng = np.random.default_rng(4)
     words = ["a", "b c", "", "  ", "d e f", "\t", "g"]
-    docs = [xp.Document(int(i > 3), [words[j] for j in rng.integers(0, len(words), rng.integers(1, 9))])
-            for i in range(8)]
+    docs = [xp.Document([words[j] for j in rng.integers(0, len(words), rng.integers(1, 9))]) for _ in range(8)]
     ids_of = {w: [100 + k for k in range(len(w.split()))] for w in words}
     for use_eod in (True, False):
         texts = [ln.strip() for d in docs for ln in d.lines if ln.strip()]
         flat = np.array([i for t in texts for i in ids_of[t]], np.int32)
         got = xp.documents_from_ids(docs, flat, np.array([len(ids_of[t]) for t in texts]), use_eod)
-        for d, (f, ids, sent) in zip(docs, got):
+        for d, (ids, sent) in zip(docs, got):
             want_ids, want_sent = xp.encode_document(d.lines, iter([ids_of[ln.strip()] for ln in d.lines
                                                                      if ln.strip()]), use_eod)
-            assert f == d.file_index
             np.testing.assert_array_equal(ids, want_ids)
             np.testing.assert_array_equal(sent, want_sent)
 
 
-@pytest.mark.parametrize("suffix", [".txt", ".gz"])
-def test_file_lines_are_those_of_iter_lines(tmp_path, suffix, monkeypatch):
-    """Block reading gives corpus.iter_lines's lines: carriage returns, no final newline, bad bytes."""
-    import gzip
-
-    from textrain.framework import corpus
-    monkeypatch.setattr(corpus, "BLOCK_BYTES", 64)  # many blocks, lines across block ends
-    raw = ("one\r\ntwo\r\r\n\r\n  \nin\rside\n" + "long line " * 30 + "\n\n").encode() + b"bad \xff byte\nlast"
-    path = str(tmp_path / f"c{suffix}")
-    with (gzip.open if suffix == ".gz" else open)(path, "wb") as f:
-        f.write(raw)
-    for policy in ("replace", "skip"):
-        want = [line for _, line in corpus.iter_lines(path, policy)]
-        assert [ln for block in xp.iter_file_lines(path, policy) for ln in block] == want
-        assert [ln for d in xp.iter_documents([path], policy) for ln in d.lines] == want
-
-
-def test_shard_documents_in_any_order_equal_a_fresh_read(tmp_path):
-    """A worker's reader continues forward from the last shard it read, or starts over."""
-    path = tmp_path / "c.txt"
-    with open(EMMA, encoding="utf-8") as f:
-        path.write_text(f.read())
-    fresh = {k: [d.lines for d in xp.shard_documents([str(path)], k, 5)] for k in range(5)}
-    xp._CURSOR.clear()
-    assert sum(len(v) for v in fresh.values()) == len(list(xp.iter_documents([str(path)])))
-    for k in (0, 2, 3, 1, 4, 4, 0):
-        assert [d.lines for d in xp.shard_documents([str(path)], k, 5)] == fresh[k]
-    # a half-read shard leaves the reader where it stopped; the next shard is still right
-    first = next(xp.iter_shard_documents([str(path)], 1, 5))
-    assert first.lines == fresh[1][0]
-    assert [d.lines for d in xp.shard_documents([str(path)], 2, 5)] == fresh[2]
-
-
-def test_document_shards_are_contiguous_and_balanced():
-    sizes = np.array([10, 10, 10, 10, 50, 5, 5, 100, 10])
-    owner = xp.document_shards(sizes, 3)
-    assert (np.diff(owner) >= 0).all() and owner[0] == 0 and owner[-1] == 2
-    assert xp.document_shards(sizes, 1).tolist() == [0] * len(sizes)
+def test_shards_split_the_documents_in_corpus_order(tmp_path, sp_model):
+    """Every document is in exactly one shard, in corpus order there; --dev_input_file's go to dev."""
+    from textrain.framework import shuffle
+    dev = tmp_path / "dev.txt"
+    dev.write_text("one dev document.\n\nand another.\n")
+    problem = xp.XlnetPretrain(small_hparams(sp_model, dev_input_file=str(dev)))
+    spec = problem.document_corpus("")
+    every = [t for t in shuffle.all_texts(spec)]
+    train = {k: list(shuffle.shard_texts(spec, "train", k, 5)) for k in range(5)}
+    assert sorted(t for v in train.values() for t in v) == sorted(every[:-2])
+    for texts in train.values():
+        assert texts == [t for t in every if t in set(texts)]
+    assert list(shuffle.shard_texts(spec, "dev", 0, 1)) == every[-2:]
+    assert [xp.shuffled_document(t).lines for t in every[-2:]] == [["one dev document.", ""], ["and another.", ""]]
 
 
 @pytest.mark.parametrize("num_cores", [1, 2, 4])
@@ -358,6 +335,7 @@ def test_records_layout_targets_and_masks(sp_model):
 
 
 def test_rows_continue_across_batches(sp_model):
+    from textrain.framework import shuffle
     hp = small_hparams(sp_model, bi_data=True, num_core_per_host=2)
     recs = shard_records(xp.XlnetPretrain(hp))
     batches = recs["input"].reshape(-1, hp.bsz_per_host, hp.seq_len)
@@ -370,9 +348,9 @@ def test_rows_continue_across_batches(sp_model):
     streams = batches[:, :, :reuse].transpose(1, 0, 2).reshape(hp.bsz_per_host, -1)
     per_core = hp.bsz_per_host // hp.num_core_per_host
     enc = xp.XlnetPretrain(hp).encoder("unused")
-    data, _ = xp.pass_stream(
-        xp.encode_documents(xp.shard_documents([EMMA], 0, 1), enc.encode_batch, True),
-        np.random.default_rng(0))
+    data, _ = xp.join_streams(xp.encode_documents(
+        map(xp.shuffled_document, shuffle.all_texts(xp.XlnetPretrain(hp).document_corpus(""))),
+        enc.encode_batch, True))
     row_len = len(data) // (hp.bsz_per_host // 2)
     fwd = data[:row_len * (hp.bsz_per_host // 2)].reshape(hp.bsz_per_host // 2, row_len)
     for core in range(hp.num_core_per_host):
@@ -486,24 +464,13 @@ def test_generate_data_and_read_back(sp_model, tmp_path):
         other.dataset("train", data_dir, DataParams(batch_size=8))
 
 
-def test_pass_stream_orders_files_per_pass_without_merging_sentences():
-    docs = [(0, np.array([1, 2]), np.array([True, False])), (0, np.array([3]), np.array([True])),
-            (1, np.array([4, 5]), np.array([True, True]))]
-    orders = set()
-    for seed in range(20):
-        data, sent = xp.pass_stream(docs, np.random.default_rng(seed))
-        orders.add(tuple(data.tolist()))
-        join = 3 if data[0] == 1 else 2  # where the second file starts
-        assert sent[join] != sent[join - 1]
-    assert orders == {(1, 2, 3, 4, 5), (4, 5, 1, 2, 3)}  # documents keep their order within a file
-
-
 # ------------------------------------------------------------------------------------------------
-# Records identical to those of the code before the speed work.
+# Records pinned byte for byte.
 #
-# GOLDEN_SHA256 was made at commit 13ae266 (the branch point of the speed work, before any of it) by
-# running `golden_run` below, unchanged, for each setting with one worker: the sha256 of every shard
-# file and of the encoded id streams. The corpus is built here from Emma plus lines written to hit
+# GOLDEN_SHA256 was first made before the speed work (docs/HISTORY.md) and made again, once, when
+# datagen began to read the corpus once and shuffle each document to the shard a hash of its text
+# picks (the shards' documents changed, deliberately), by running `golden_run` below with one worker:
+# the sha256 of every shard file and of the encoded id streams. The corpus is built here from Emma plus lines written to hit
 # every special case of the text path (whitespace runs and Unicode spaces, `` '' quotes, accents and
 # NFKD ligatures, CJK and emoji that the model does not know (<unk>: the piece path), "<digit>,"
 # pieces, lines that preprocess to nothing, leading/trailing blank lines, two files); the
@@ -565,9 +532,8 @@ def golden_run(name, directory, workers=1):
         out[os.path.basename(path)] = hashlib.sha256(open(path, "rb").read()).hexdigest()
     for shard in range(shards):
         h = hashlib.sha256()
-        for file_index, ids, sent in problem.shard_stream_documents(data_dir, "train", shard, shards):
-            h.update(np.int64(file_index).tobytes() + np.asarray(ids, "<i8").tobytes()
-                     + np.asarray(sent, np.uint8).tobytes())
+        for ids, sent in problem.shard_stream_documents(data_dir, "train", shard, shards):
+            h.update(np.asarray(ids, "<i8").tobytes() + np.asarray(sent, np.uint8).tobytes())
         out[f"ids-{shard}"] = h.hexdigest()
     return out
 
@@ -575,33 +541,33 @@ def golden_run(name, directory, workers=1):
 GOLDEN_SHA256 = {
     "bi": {
         "xlnet_pretrain-train-00000-of-00003.tfrecord":
-            "b08fd3f70b5a260e7a040426310a3a236648c4276d4546959bc1f0a2b6ba692c",
+            "33e6098a7671af96082ca3d26007ea2773777c62f7c9216a9f0ad31511946e89",
         "xlnet_pretrain-train-00001-of-00003.tfrecord":
-            "1aaef39fa321ded75cde9a473b5397df6f951679778720b81eef5900fe3de9da",
+            "c011887c4c76247a371ea5ef3bd22df6e7a25e0eef8f43b1ada751afa9ccbf09",
         "xlnet_pretrain-train-00002-of-00003.tfrecord":
-            "d6294217b4b5f4163954ecdc228779b05316a4dfd9b2fa0f62517ed5f4a7bab9",
+            "34e6e76d2234a0308db64c4e988cf47270507dd0bee542a96b0908ae98ef92a2",
         "ids-0":
-            "99355006468947ebbd31969c6055939d2b3ff2a07d40a9ea3757208d0de9fd35",
+            "d1c03f974202db39743930a87f4ad6e6b2316ce7f7516e364ec63944d599fdc8",
         "ids-1":
-            "6322041a286182432bd3116d3e17b2025b8fde9b25f9111594260db3e95d547b",
+            "d0338ae252624657dd65c11b3e1a2f421640854d79038c1be192f7fe4e90e351",
         "ids-2":
-            "b63a9bb07de9974ab5f42576e7444f44b514057b84e76793dbcafd433825adb4",
+            "a40365c7fd2ac803a045ddada983774f01c15964d0f95af47dbe316d93e79474",
     },
     "uni_uncased_noeod": {
         "xlnet_pretrain-train-00000-of-00002.tfrecord":
-            "9d56383c4413ed61606f9bd8979394fb0e8c87b2a8974407c45bee8423df7572",
+            "e49d100309ac90639e1af5518de75e17f5effa30eeb81c69e8764997bc97d329",
         "xlnet_pretrain-train-00001-of-00002.tfrecord":
-            "d3c01adc2f4756c8599acfcd7f024adeec8e2908f85923d04c428743b1fd4cd6",
+            "544af1b4a31cdc2efc6c93782c15a449d4f7010194318bd8e5b6d8f471961fba",
         "ids-0":
-            "6a6757a4a1bf6bfe5bd213828a84ec63a8906c0f5a6f9bc83eb1b58aefcbf382",
+            "38ea104ef99a7683e19cfd7910434f6e22f01672e80abc67d7c7479232e088cd",
         "ids-1":
-            "a0563d8ef166f84fc0050a2c0fad11f01dcc5c32f1bf66fc180cbf22dcb13533",
+            "0d0005779ea13e9f32b344843a13a89cec919604a16d4f2c1c6c0b9b9cac31e9",
     },
 }
 
 
 @pytest.mark.parametrize("name", sorted(GOLDEN))
-def test_records_identical_to_before_the_speed_work(name, tmp_path):
+def test_records_identical_to_the_pinned_bytes(name, tmp_path):
     assert golden_run(name, str(tmp_path)) == GOLDEN_SHA256[name]
 
 

@@ -31,7 +31,7 @@ Decisions:
 - pyarrow, zstandard and mwparserfromhell are imported only when a file needs them (the `corpora` extra).
 
 Layout: one module per format behind one reader interface (`batches(path, fields, part)`, and
-`count_parts(path)` where a file has parts): jsonl, delimited (CSV/TSV), parquet, arrow, mediawiki;
+`count_parts(path)`: None for a file read whole): jsonl, delimited (CSV/TSV), parquet, arrow, mediawiki;
 `base` (settings, names, compression, detection, bad records), `records` (the readers by format, documents,
 a structured file opened as text), `rendering` (units rendered once per datagen), `directories`.
 """

@@ -62,12 +62,19 @@ class RecordSettings:
         "Structured corpora: leave out up to N bad records per file (missing field, not a string, "
         "not JSON), reported in the log; more is an error.", low=0))
 
+    def reader_settings(self) -> dict[str, Any]:
+        """The ReadOptions fields these settings decide (each subclass adds those it declares)."""
+        return {"input_format": self.input_format, "skip_bad_records": self.skip_bad_records}
+
 
 @dataclasses.dataclass
 class TextFieldSettings(RecordSettings):
     text_field: str = dataclasses.field(default="text", metadata=help_text(
         "Structured corpora: the field or column holding the text (JSON Lines: a dotted path for "
         "nested keys, e.g. meta.body)."))
+
+    def reader_settings(self) -> dict[str, Any]:
+        return dict(super().reader_settings(), text_field=self.text_field)
 
 
 @dataclasses.dataclass
@@ -79,6 +86,10 @@ class DocumentSettings(TextFieldSettings):
     paragraphs_as_documents: bool = dataclasses.field(default=False, metadata=help_text(
         "Structured corpora: a blank line inside a record (a paragraph break) ends a document; "
         "default: a record is one document."))
+
+    def reader_settings(self) -> dict[str, Any]:
+        return dict(super().reader_settings(), sentence_splitter=self.sentence_splitter,
+                    paragraphs_as_documents=self.paragraphs_as_documents)
 
 
 SETTING_NAMES = tuple(f.name for f in dataclasses.fields(DocumentSettings))
@@ -103,13 +114,9 @@ class ReadOptions:
     paragraphs_as_documents: bool = False
 
     @classmethod
-    def of(cls, settings: Any, layout: str = "documents", fields: tuple[str, ...] = ()) -> "ReadOptions":
-        """From a problem's settings (RecordSettings and, where declared, text_field / sentence_splitter)."""
-        return cls(input_format=settings.input_format, layout=layout,
-                   text_field=getattr(settings, "text_field", "text"), fields=tuple(fields),
-                   skip_bad_records=settings.skip_bad_records,
-                   sentence_splitter=getattr(settings, "sentence_splitter", "none"),
-                   paragraphs_as_documents=getattr(settings, "paragraphs_as_documents", False))
+    def of(cls, settings: RecordSettings, layout: str = "documents", fields: tuple[str, ...] = ()) -> "ReadOptions":
+        """From a problem's settings: those its RecordSettings (sub)class declares (`reader_settings`)."""
+        return cls(layout=layout, fields=tuple(fields), **settings.reader_settings())
 
 
 class CorpusFile(str):

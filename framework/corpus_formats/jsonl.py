@@ -120,3 +120,8 @@ def _jsonl_column(records: list[Any], field: str) -> list[Any]:
 
 def batches(path: str, fields: tuple[str, ...], part: Part) -> Iterator[Batch]:
     return _jsonl_batches(path, fields, part)
+
+
+def count_parts(path: str) -> None:
+    """One part: the file is read whole by one job (records have no index to start a part at)."""
+    return None

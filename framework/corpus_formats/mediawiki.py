@@ -79,3 +79,8 @@ def _strip_markup(mw: Any, wikitext: str) -> str:
 
 def batches(path: str, fields: tuple[str, ...], part: Part) -> Iterator[Batch]:
     return _record_batches(_mediawiki_records(path), fields)
+
+
+def count_parts(path: str) -> None:
+    """One part: the file is read whole by one job (records have no index to start a part at)."""
+    return None

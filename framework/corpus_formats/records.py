@@ -46,7 +46,7 @@ def parts_of(path: CorpusFile) -> list[tuple[int, int] | None]:
     """A file's parts: row groups (Parquet) or record batches (Arrow IPC file), at most _MAX_UNITS ranges of
     about equal count; any other file is one part."""
     reader = READERS.get(path.options.input_format) if isinstance(path, CorpusFile) else None
-    count = reader.count_parts(path) if reader is not None and hasattr(reader, "count_parts") else None
+    count = reader.count_parts(path) if reader is not None else None
     if not count:
         return [None]
     k = min(count, _MAX_UNITS)
