@@ -52,15 +52,14 @@ ARCHITECTURES: dict[str, tuple[str, str]] = {
     "XLNetForSequenceClassification": ("xlnet", "classification"),
     "XLNetForQuestionAnswering": ("xlnet", "question_answering"),
 }
-# HF heads that are not the original's: their encoder loads (an init_checkpoint with a fresh head), the
-# head does not: a conversion or `init_head` is refused with this difference.
-UNLIKE_ORIGINAL = {
-    "ElectraForSequenceClassification": "its head is two dense layers on [CLS] (classifier.dense, gelu, "
-                                        "classifier.out_proj) where ELECTRA's original fine-tunes one dense layer",
-    "ElectraForQuestionAnswering": "its head is one linear start/end layer (qa_outputs) where ELECTRA's original "
-                                   "predicts the end from the start (qa_hidden) with an answerable classifier",
-}
-HF_ONLY_SCOPE = "hf_only_head"  # TF1 scope of such heads' tensors (no textrain variable has it)
+# HF heads that are not the original's: the textrain model's `head` variant that holds them (models/electra.py
+# ElectraClassifier: dense, gelu, out_proj on [CLS]; models/qa_heads.py ElectraSquad: one linear start/end
+# layer, where the original predicts the end from the start). Every other architecture holds "original".
+HEAD_VARIANTS = {"ElectraForSequenceClassification": "hf", "ElectraForQuestionAnswering": "hf"}
+HF_ONLY_SCOPE = "hf_only_head"  # TF1 scope of such heads' tensors (no original checkpoint has it)
+# The TF1 name of each such head's last layer: what tells a TF1-layout checkpoint's architecture.
+HF_ONLY_HEADS = {"ElectraForSequenceClassification": f"{HF_ONLY_SCOPE}/classifier/out_proj",
+                 "ElectraForQuestionAnswering": f"{HF_ONLY_SCOPE}/qa_outputs"}
 
 
 class HFFormatError(UserError, ValueError):

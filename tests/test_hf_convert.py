@@ -4,6 +4,8 @@ transformers' outputs). Needs only safetensors."""
 import json
 import os
 import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -81,13 +83,17 @@ def test_to_textrain_then_to_hf_is_exact(arch, tmp_path):
     assert_same_hf(fixture(arch), str(tmp_path / "hf"))
 
 
-def assert_same_hf(want_dir: str, got_dir: str) -> None:
-    want = load_file(os.path.join(want_dir, "model.safetensors"))
-    got = load_file(os.path.join(got_dir, "model.safetensors"))
+def assert_same_tensors(want_dir: str, got_dir: str) -> None:
+    want = hf_format.read_hf_directory(want_dir).tensors
+    got = hf_format.read_hf_directory(got_dir).tensors
     assert sorted(got) == sorted(want)
     for name in want:
         assert got[name].shape == want[name].shape, name
         np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+
+
+def assert_same_hf(want_dir: str, got_dir: str) -> None:
+    assert_same_tensors(want_dir, got_dir)
     want_config = hf_format.read_config(want_dir)
     got_config = hf_format.read_config(got_dir)
     fields = hf_format.BERT_FIELDS + ("architectures", "model_type", "hidden_act", "layer_norm_eps")
@@ -318,22 +324,109 @@ def test_electra_generator_with_other_embeddings_refused(tmp_path):
     assert "embeddings differ" in message and "electra/embeddings/LayerNorm/beta" in message
 
 
-@pytest.mark.parametrize("arch", ("ElectraForSequenceClassification", "ElectraForQuestionAnswering"))
-def test_electra_hf_heads_unlike_the_original(arch, tmp_path):
-    """Refused as conversions (naming the difference); their encoder starts a fine-tuning, head fresh."""
-    from textrain.models.electra import ElectraClassifier, ElectraConfig
-    message = _one_line_error(tmp_path, from_hf=fixture(arch))
-    assert "ELECTRA's original" in message
-    config = hf_format.electra_config_dicts(hf_format.read_config(fixture(arch)), None, arch)
-    model = ElectraClassifier(ElectraConfig.from_dict(config), num_labels=3)
-    model.load_init_checkpoint(fixture(arch))
+ELECTRA_HF_HEADS = ("ElectraForSequenceClassification", "ElectraForQuestionAnswering")
+
+
+def _bert_features(x: dict[str, np.ndarray]) -> dict[str, tf.Tensor]:
+    return {"input_ids": tf.constant(x["input_ids"], tf.int32), "input_mask": tf.constant(x["attention_mask"], tf.int32),
+            "segment_ids": tf.constant(x["token_type_ids"], tf.int32)}
+
+
+@pytest.mark.parametrize("arch", ELECTRA_HF_HEADS)
+def test_electra_hf_heads_match_transformers_and_round_trip(arch, tmp_path):
+    """transformers' ELECTRA heads (unlike the original's) are the textrain models' head="hf": same outputs,
+    and HF -> textrain -> HF, and through the originals' layout, give the same tensors."""
+    exchange = convert.read_hf(fixture(arch))
+    assert exchange.head == "hf"
+    model = convert.load_into_model(exchange, fixture(arch))
+    assert model.head == "hf"
     x = io(arch)
-    sequence = np.asarray(model.discriminator(*[tf.constant(x[k], tf.int32)
-                                                for k in ("input_ids", "attention_mask", "token_type_ids")]))
+    got = model.predict_outputs(_bert_features(x))
+    names = [k[len("out."):] for k in x if k.startswith("out.") and k != "out.sequence_output"]
+    assert names
+    for name in names:
+        np.testing.assert_allclose(np.asarray(got[name]), x[f"out.{name}"], atol=TOL, err_msg=f"{arch} {name}")
+    convert.convert(from_hf=fixture(arch), to_textrain=str(tmp_path / "tr"), to_tf1=str(tmp_path / "tf1"))
+    convert.convert(from_textrain=str(tmp_path / "tr"), to_hf=str(tmp_path / "hf"))
+    assert_same_hf(fixture(arch), str(tmp_path / "hf"))
+    convert.convert(from_tf1=str(tmp_path / "tf1" / "model.ckpt"), config_file=str(tmp_path / "tf1" / "electra_config.json"),
+                    vocab_file=str(tmp_path / "tf1" / "vocab.txt"), to_hf=str(tmp_path / "hf_tf1"))
+    assert_same_tensors(fixture(arch), str(tmp_path / "hf_tf1"))
+    convert.convert(from_hf=fixture(arch), to_saved_model=str(tmp_path / "export"), max_seq_length=16)
+    served = tf.saved_model.load(str(tmp_path / "export")).signatures["serving_default"]
+    out = served(input_ids=tf.constant(x["input_ids"], tf.int32), input_mask=tf.constant(x["attention_mask"], tf.int32),
+                 segment_ids=tf.constant(x["token_type_ids"], tf.int32))
+    for name in names:
+        np.testing.assert_allclose(out[name].numpy(), x[f"out.{name}"], atol=TOL, err_msg=f"export {name}")
+
+
+@pytest.mark.parametrize("arch", ELECTRA_HF_HEADS)
+def test_electra_hf_head_init_checkpoint(arch):
+    """An HF directory with such a head initialises the encoder of either variant; its head loads
+    (init_head) into the "hf" variant only, and the original variant is told which to use."""
+    from textrain.models.electra import ElectraClassifier, ElectraConfig
+    from textrain.models.qa_heads import ElectraSquad
+    config = ElectraConfig.from_dict(hf_format.electra_config_dicts(hf_format.read_config(fixture(arch)), None, arch))
+    build = (lambda head: ElectraClassifier(config, num_labels=3, head=head)) if arch.endswith("Classification") \
+        else (lambda head: ElectraSquad(config, head=head))
+    original = build("original")
+    original.load_init_checkpoint(fixture(arch))
+    x = io(arch)
+    sequence = np.asarray(original.discriminator(*_bert_features(x).values()))
     real = x["attention_mask"].astype(bool)
     np.testing.assert_allclose(sequence[real], x["out.sequence_output"][real], atol=TOL)
-    with pytest.raises(UserError, match="init_head.*ELECTRA's original"):
-        model.load_init_checkpoint(fixture(arch), init_head=True)
+    with pytest.raises(UserError, match="the 'hf' variant.*head='original'.*model_settings"):
+        original.load_init_checkpoint(fixture(arch), init_head=True)
+    hf = build("hf")
+    hf.load_init_checkpoint(fixture(arch), init_head=True)
+    out = hf.predict_outputs(_bert_features(x))
+    name = "logits" if arch.endswith("Classification") else "start_logits"
+    np.testing.assert_allclose(np.asarray(out[name]), x[f"out.{name}"], atol=TOL)
+
+
+def _run_cli(module: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", module, *args], env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
+                          capture_output=True, text=True, timeout=600, check=False)
+
+
+def test_finetune_keeps_an_hf_electra_head_and_converts_best_back(tmp_path):
+    """textrain-finetune from ElectraForSequenceClassification with init_head=True takes head="hf" (its own
+    head), evaluates and exports it; with learning rate 0 the SavedModel gives transformers' logits, and
+    textrain-convert --from_textrain=<run>/best writes back the same tensors."""
+    arch = "ElectraForSequenceClassification"
+    rows = [f"w{i} w{i + 1} w{i + 2}\t{'abc'[i % 3]}" for i in range(30)]
+    for split in ("train", "dev"):
+        (tmp_path / f"{split}.tsv").write_text("sentence\tlabel\n" + "\n".join(rows) + "\n")
+    hp = {"train_file": str(tmp_path / "train.tsv"), "dev_file": str(tmp_path / "dev.tsv")}
+    run = tmp_path / "run"
+    params = ["finetune.task='tsv_classification'", f"finetune.problem_hparams={hp!r}",
+              f"finetune.data_dir='{tmp_path / 'data'}'", f"finetune.model_dir='{run}'",
+              f"finetune.vocab_file='{os.path.join(fixture(arch), 'vocab.txt')}'",
+              f"finetune.init_checkpoint='{fixture(arch)}'", "finetune.init_head=True", "finetune.max_seq_length=16",
+              "finetune.train_batch_size=8", "finetune.eval_batch_size=8", "finetune.num_train_steps=2",
+              "finetune.learning_rate=0.0", "finetune.export=True"]
+    proc = _run_cli("textrain.trainers.finetune",
+                    f"--gin_file={os.path.join(os.path.dirname(HERE), 'configs', 'electra_base.gin')}",
+                    *[f"--gin_param={p}" for p in params])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "head='hf'" in proc.stderr
+    assert json.load(open(run / "eval_results.json"))["dev"][-1]["num_examples"] == 30
+    x = io(arch)
+    served = tf.saved_model.load(str(run / "export"))
+    out = served.signatures["serving_default"](
+        input_ids=tf.constant(x["input_ids"], tf.int32), input_mask=tf.constant(x["attention_mask"], tf.int32),
+        segment_ids=tf.constant(x["token_type_ids"], tf.int32))
+    np.testing.assert_allclose(out["logits"].numpy(), x["out.logits"], atol=TOL)
+    assert "serve_text" in served.signatures
+    proc = _run_cli("textrain.trainers.convert", f"--from_textrain={run / 'best'}", "--model=electra_classifier",
+                    f"--config_file={fixture(arch)}", "--num_labels=3", f"--to_hf={tmp_path / 'hf'}",
+                    f"--vocab_file={os.path.join(fixture(arch), 'vocab.txt')}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    want = load_file(os.path.join(fixture(arch), "model.safetensors"))
+    got = load_file(str(tmp_path / "hf" / "model.safetensors"))
+    assert sorted(got) == sorted(want)
+    for name in want:
+        np.testing.assert_array_equal(got[name], want[name], err_msg=name)
 
 
 # ------------------------------------------------------------------------------------ XLNet

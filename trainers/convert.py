@@ -21,7 +21,11 @@ Decisions:
 - An architecture without all of a textrain model's parts (`BertModel`: no MLM/NSP; `BertForMaskedLM`: no
   pooler, no NSP; `XLNetModel`: no LM bias; an ELECTRA discriminator without `--hf_generator`) goes in
   with those parts freshly initialised, and the command lists them; everything else must match exactly
-  or nothing is written. HF heads unlike the original's (ELECTRA's classifier and QA) are refused.
+  or nothing is written.
+- HF heads unlike the original's (ELECTRA's classifier: dense, gelu, out_proj; its QA head: one linear
+  start/end layer) are the textrain models' `head="hf"` variant: the architecture names the variant
+  (`hf_format.HEAD_VARIANTS`), so they convert both ways, and `textrain_model.json` keeps it through
+  textrain. The originals' ELECTRA heads have no HF architecture (--to_tf1 / --to_textrain only).
 - ELECTRA's discriminator and generator are two HF directories and one textrain / TF1 checkpoint (they
   share the embeddings, which must be equal); `--to_hf_generator` writes the generator back.
 - Output goes to a temporary directory beside the target, renamed into place when complete.
@@ -51,12 +55,15 @@ BERT_CONFIG = "bert_config.json"
 MODEL_OF_ARCHITECTURE = {
     "BertModel": "bert", "BertForPreTraining": "bert", "BertForMaskedLM": "bert",
     "BertForSequenceClassification": "bert_classifier", "BertForQuestionAnswering": "bert_squad",
-    "ElectraForPreTraining": "electra",
+    "ElectraForPreTraining": "electra", "ElectraForSequenceClassification": "electra_classifier",
+    "ElectraForQuestionAnswering": "electra_squad",
     "XLNetModel": "xlnet", "XLNetLMHeadModel": "xlnet", "XLNetForSequenceClassification": "xlnet_classifier",
     "XLNetForQuestionAnswering": "xlnet_squad",
 }
 ARCHITECTURE_OF_MODEL = {"bert": "BertForPreTraining", "bert_classifier": "BertForSequenceClassification",
                          "bert_squad": "BertForQuestionAnswering", "electra": "ElectraForPreTraining",
+                         "electra_classifier": "ElectraForSequenceClassification",
+                         "electra_squad": "ElectraForQuestionAnswering",
                          "xlnet": "XLNetLMHeadModel", "xlnet_classifier": "XLNetForSequenceClassification",
                          "xlnet_squad": "XLNetForQuestionAnswering"}
 # Variables of the textrain model an architecture does not have (they stay freshly initialised).
@@ -86,16 +93,21 @@ class Exchange:
     def model_name(self) -> str:
         return MODEL_OF_ARCHITECTURE[self.architecture]
 
+    @property
+    def head(self) -> str:
+        """The textrain model's head variant this architecture holds."""
+        return hf_format.HEAD_VARIANTS.get(self.architecture, "original")
+
 
 # ------------------------------------------------------------------------------------ textrain models
 def build_model(model_name: str, config: dict[str, Any], num_labels: int | None = None,
-                n_top: tuple[int, int] = (5, 5)):
+                n_top: tuple[int, int] = (5, 5), head: str = "original"):
     """The registered model `model_name` from an original config (its class's `from_config`)."""
     from textrain.framework import registry
 
     registry.import_builtins()
     try:
-        return registry.models.get(model_name).from_config(config, num_labels=num_labels, n_top=n_top)
+        return registry.models.get(model_name).from_config(config, num_labels=num_labels, n_top=n_top, head=head)
     except (KeyError, NotImplementedError):
         raise UserError(f"--model={model_name}: textrain-convert converts {', '.join(ARCHITECTURE_OF_MODEL)}") from None
 
@@ -114,7 +126,7 @@ def fresh_names(model, fresh: tuple[str, ...]) -> list[str]:
 def load_into_model(exchange: Exchange, source: str):
     """The textrain model of `exchange`, its variables assigned (every tensor accounted for)."""
     from textrain.models.checkpoints import assign_tf1_values
-    model = build_model(exchange.model_name, exchange.config, exchange.num_labels, exchange.n_top)
+    model = build_model(exchange.model_name, exchange.config, exchange.num_labels, exchange.n_top, exchange.head)
     assign_tf1_values(source, exchange.values, model_variable_map(model, exchange.fresh_patterns()))
     return model
 
@@ -129,11 +141,7 @@ def _hf_source(path: str, flag: str) -> tuple[dict[str, Any], str]:
     if not hf_format.is_hf_directory(path):
         raise UserError(f"{flag}={path}: not a Hugging Face directory (config.json and model.safetensors)")
     config = hf_format.read_config(path)
-    architecture = hf_format.architecture_of(config, os.path.join(path, hf_format.CONFIG))
-    if architecture in hf_format.UNLIKE_ORIGINAL:
-        raise UserError(f"{flag}={path}: {architecture} is not converted: {hf_format.UNLIKE_ORIGINAL[architecture]}; "
-                        f"its encoder can still start a fine-tuning (finetune.init_checkpoint, fresh head)")
-    return config, architecture
+    return config, hf_format.architecture_of(config, os.path.join(path, hf_format.CONFIG))
 
 
 def read_hf(path: str, generator: str | None = None) -> Exchange:
@@ -155,8 +163,9 @@ def read_hf(path: str, generator: str | None = None) -> Exchange:
         n_top = (int(config.get("start_n_top", 5)), int(config.get("end_n_top", 5)))
         return Exchange(architecture, hf_format.xlnet_config_dict(config, source), values, labels,
                         _tokenizer_files(path), n_top=n_top, labels=names)
-    return Exchange(architecture, hf_format.bert_config_dict(config, source), values, labels, _tokenizer_files(path),
-                    labels=names)
+    family = hf_format.bert_config_dict(config, source) if model_name.startswith("bert") else \
+        hf_format.electra_config_dicts(config, None, source)
+    return Exchange(architecture, family, values, labels, _tokenizer_files(path), labels=names)
 
 
 def _read_electra(path: str, config: dict[str, Any], generator: str | None) -> Exchange:
@@ -188,6 +197,9 @@ def _architecture_of_tf1(names: set[str], model_name: str | None) -> str:
 
 
 def _architecture_of_names(names: set[str]) -> str:
+    for architecture, head in ((a, h) for a, h in hf_format.HF_ONLY_HEADS.items()):
+        if f"{head}/kernel" in names:
+            return architecture
     if "discriminator_predictions/dense/kernel" in names:
         return "ElectraForPreTraining"
     if "start_logits/dense/kernel" in names:
@@ -219,6 +231,8 @@ def read_tf1(path: str, config_file: str | None, vocab_file: str | None, model_n
               if not any(p.search(n) for p in skip)}
     architecture = _architecture_of_tf1(set(values), model_name)
     head = {"BertForSequenceClassification": ("output_weights", 0),
+            "ElectraForSequenceClassification": (f"{hf_format.HF_ONLY_HEADS['ElectraForSequenceClassification']}"
+                                                 f"/kernel", 1),
             "XLNetForSequenceClassification": (f"model/classification_{hf_format.XLNET_TASK}/logit/kernel", 1)}
     labels = int(values[head[architecture][0]].shape[head[architecture][1]]) if architecture in head else None
     files = {"vocab.txt": vocab_file} if vocab_file else {}
@@ -226,13 +240,21 @@ def read_tf1(path: str, config_file: str | None, vocab_file: str | None, model_n
 
 
 def _read_json(path: str, model_name: str) -> dict[str, Any]:
+    """The family config of an original config file, or of an HF directory (the one a run started from)."""
     from textrain.models.bert import BertConfig
     from textrain.models.electra import ElectraConfig
     from textrain.models.xlnet import MODEL_KEYS, XLNetConfig
+    if hf_format.is_hf_directory(path):
+        config, source = hf_format.read_config(path), os.path.join(path, hf_format.CONFIG)
+        if model_name.startswith("xlnet"):
+            return hf_format.xlnet_config_dict(config, source)
+        if model_name.startswith("electra"):
+            return hf_format.electra_config_dicts(config, None, source)
+        return hf_format.bert_config_dict(config, source)
     if model_name.startswith("xlnet"):
         config = XLNetConfig.from_json(path)
         return {k: getattr(config, k) for k in MODEL_KEYS}
-    cls = ElectraConfig if model_name == "electra" else BertConfig
+    cls = ElectraConfig if model_name.startswith("electra") else BertConfig
     return cls.from_json_file(path).to_dict()
 
 
@@ -254,7 +276,8 @@ def read_textrain(path: str, model_name: str | None, config_file: str | None, nu
         architecture = ARCHITECTURE_OF_MODEL[model_name]
         config = _read_json(config_file, model_name) if config_file else _preset(model_name, model_size, prefix)
         n_top, labels = (5, 5), None
-    model = build_model(MODEL_OF_ARCHITECTURE[architecture], config, num_labels, n_top)
+    model = build_model(MODEL_OF_ARCHITECTURE[architecture], config, num_labels, n_top,
+                        hf_format.HEAD_VARIANTS.get(architecture, "original"))
     restore_textrain(prefix, model)
     values = {n: np.asarray(v.numpy()) for n, v in model_variable_map(model, FRESH.get(architecture, ())).items()}
     files = _tokenizer_files(directory)
@@ -301,7 +324,7 @@ def _preset(model_name: str, size: str, prefix: str) -> dict[str, Any]:
             if name.endswith("word_embeddings")]
     if not rows:
         raise UserError(f"--from_textrain={prefix}: no word embedding found; give --config_file")
-    if model_name == "electra":
+    if model_name.startswith("electra"):
         return electra.ElectraConfig.preset(size, vocab_size=int(rows[0])).to_dict()
     if model_name.startswith("bert"):
         return bert.BertConfig.preset(size, vocab_size=int(rows[0])).to_dict()
@@ -344,11 +367,11 @@ def _write_json(path: str, value: Any) -> None:
 def hf_config_of(exchange: Exchange, architecture: str) -> dict[str, Any]:
     """The HF config.json of `architecture` (ELECTRA: each network's own sizes)."""
     config = exchange.config
-    if exchange.model_name == "electra":
+    if exchange.model_name.startswith("electra"):
         from textrain.models.electra import ElectraConfig
         electra = ElectraConfig.from_dict(config)
-        networks = {"ElectraForPreTraining": electra.discriminator_config, "ElectraForMaskedLM": electra.generator_config}
-        config = networks[architecture]().to_dict()
+        generator = architecture == "ElectraForMaskedLM"
+        config = (electra.generator_config() if generator else electra.discriminator_config()).to_dict()
     if exchange.model_name.startswith("xlnet"):
         hf = hf_format.hf_xlnet_config(architecture, config, exchange.num_labels, exchange.n_top)
     else:
@@ -408,7 +431,7 @@ def write_textrain(exchange: Exchange, out: str, source: str) -> list[str]:
     return fresh_names(model, exchange.fresh_patterns())
 
 
-SERVABLE = ("bert_classifier", "bert_squad", "xlnet_classifier", "xlnet_squad")
+SERVABLE = ("bert_classifier", "bert_squad", "electra_classifier", "electra_squad", "xlnet_classifier", "xlnet_squad")
 
 
 def write_saved_model(exchange: Exchange, out: str, source: str, max_seq_length: int) -> None:
@@ -538,7 +561,8 @@ def define_flags() -> None:
     flags.DEFINE_string("to_textrain", None, "Write a textrain checkpoint (--init_checkpoint / finetune.init_checkpoint).")
     flags.DEFINE_enum("model", None, list(ARCHITECTURE_OF_MODEL),
                       "The textrain model a --from_textrain run or --from_tf1 checkpoint holds.")
-    flags.DEFINE_string("config_file", None, "bert_config.json of a --from_tf1 or --from_textrain checkpoint.")
+    flags.DEFINE_string("config_file", None, "bert_config.json (or the family's config file, or the HF directory "
+                        "the run started from) of a --from_tf1 or --from_textrain checkpoint.")
     flags.DEFINE_integer("num_labels", None, "Labels of a --from_textrain bert_classifier run.")
     flags.DEFINE_string("labels_file", None, "A --from_textrain classifier's label names in id order: the problem's "
                         "labels.json (in its data_dir) or one name a line; they become config.json's id2label.")
