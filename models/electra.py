@@ -588,7 +588,7 @@ class ElectraClassifier(ClassifierModel):
         super().__init__(num_labels, task_type, name=name, **kwargs)
         self.config = config
         self.task_name = task_name or "task"
-        self.head = check_head(head)
+        self.head_variant = check_head(head)
         self.discriminator = encoder_from_config(config.discriminator_config(), name="discriminator")
         ids = tf.zeros([1, 2], tf.int32)
         cls = self.discriminator(ids, tf.ones([1, 2], tf.int32), ids)[:, 0]
@@ -611,7 +611,7 @@ class ElectraClassifier(ClassifierModel):
         hidden = self.discriminator(features["input_ids"], features.get("input_mask"), features.get("segment_ids"),
                                     training=training)
         x = self.head_dropout(hidden[:, 0], training=training)
-        if self.head == "hf":
+        if self.head_variant == "hf":
             x = self.out_proj(self.head_dropout(self.classifier_dense(x), training=training))
         else:
             x = self.dense(x)
@@ -621,7 +621,7 @@ class ElectraClassifier(ClassifierModel):
         return self.discriminator.tf1_variable_map("electra")
 
     def head_tf1_variable_map(self) -> dict[str, tf.Variable]:
-        if self.head == "hf":  # models/hf_format.py's names of ElectraForSequenceClassification's head
+        if self.head_variant == "hf":  # models/hf_format.py's names of ElectraForSequenceClassification's head
             scope = f"{hf_format.HF_ONLY_SCOPE}/classifier"
             return {**dense_variable_map(f"{scope}/dense", self.classifier_dense),
                     **dense_variable_map(f"{scope}/out_proj", self.out_proj)}

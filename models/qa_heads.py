@@ -217,7 +217,7 @@ class ElectraSquad(QAModel):
         self.with_negative = with_negative
         self.beam_size = beam_size
         self.answerable_weight = answerable_weight
-        self.head = electra_lib.check_head(head)
+        self.head_variant = electra_lib.check_head(head)
         self.scope = "task_specific/squad" if with_negative else "task_specific/squadv1"
         disc = config.discriminator_config()
         self.discriminator = encoder_from_config(disc, name="discriminator")
@@ -283,19 +283,19 @@ class ElectraSquad(QAModel):
         return {"start_logits": logits[..., 0], "end_logits": logits[..., 1]}
 
     def call(self, features, training: bool = False) -> dict[str, tf.Tensor]:
-        if self.head == "hf":
+        if self.head_variant == "hf":
             return self._linear(features, training)
         return self._forward(features, training, beams=False)
 
     def step_output(self, features, state, training) -> StepOutput:
         out = self(features, training=training)
         losses, metrics = span_terms(out["start_logits"], out["end_logits"], features)
-        if self.with_negative and self.head != "hf":
+        if self.with_negative and self.head_variant != "hf":
             losses["answerable"] = answer_class_term(out["answerable_logit"], features, self.answerable_weight)
         return StepOutput(losses, metrics, state if state is not None else {})
 
     def predict_outputs(self, features) -> dict[str, tf.Tensor]:
-        if self.head == "hf":
+        if self.head_variant == "hf":
             return {**_unique_ids(features), **self._linear(features, False)}
         features = {k: v for k, v in features.items() if k != "start_positions"}
         out = self._forward(features, False, beams=True)
@@ -305,7 +305,7 @@ class ElectraSquad(QAModel):
 
     def tf1_variable_map(self, include_head: bool = True) -> dict[str, tf.Variable]:
         names = self.discriminator.tf1_variable_map("electra")
-        if include_head and self.head == "hf":  # models/hf_format.py's name of ElectraForQuestionAnswering's head
+        if include_head and self.head_variant == "hf":  # models/hf_format.py's name of ElectraForQuestionAnswering's head
             names.update(dense_variable_map(f"{hf_format.HF_ONLY_SCOPE}/qa_outputs", self.qa_outputs))
         elif include_head:
             layers = [self.start_dense, self.qa_hidden, self.end_dense]

@@ -113,7 +113,7 @@ class EncoderFinetuneModel(FinetuneModel):
 
     encoder_attribute: str = ""
     init_allow_unexpected = ()  # each head names the pretraining scopes of its family's releases
-    head: str = "original"  # the head variant (ELECTRA's heads may be "hf", transformers'): an instance sets its own
+    head_variant: str = "original"  # the `head` setting (ELECTRA's heads may be "hf", transformers'): an instance sets its own
 
     def encoder_tf1_variable_map(self) -> dict[str, tf.Variable]:
         raise NotImplementedError
@@ -128,10 +128,10 @@ class EncoderFinetuneModel(FinetuneModel):
         if hf_format.is_hf_directory(path):
             architecture = hf_format.architecture_of(hf_format.read_config(path), path)
             variant = hf_format.HEAD_VARIANTS.get(architecture, "original")
-            if init_head and variant != self.head:
+            if init_head and variant != self.head_variant:
                 raise hf_format.HFFormatError(
                     f"init_head: {path} is {architecture}, whose head is the {variant!r} variant; this "
-                    f"{type(self).__name__} has head={self.head!r} (bind finetune.model_settings={{'head': "
+                    f"{type(self).__name__} has head={self.head_variant!r} (bind finetune.model_settings={{'head': "
                     f"'{variant}'}}, or leave init_head off for a fresh head)")
             return self._load_tf1_names(path, init_head, head_may_stay=True)
         if tf.io.gfile.isdir(path):

@@ -156,6 +156,34 @@ def test_sharded_directory_reads_like_one_file(tmp_path):
 
 
 # ------------------------------------------------------------------------------------ init_checkpoint
+def test_max_shard_size_writes_shards_that_read_back(tmp_path):
+    """--max_shard_size (as save_pretrained's) writes model-0000i-of-0000n.safetensors and the index; they read
+    back to the same tensors, and a size that is not one is one line."""
+    arch = "BertForPreTraining"
+    proc = _run_cli("textrain.trainers.convert", f"--from_hf={fixture(arch)}", f"--to_hf={tmp_path / 'sharded'}",
+                    "--max_shard_size=10KB")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    index = json.load(open(tmp_path / "sharded" / "model.safetensors.index.json"))
+    files = sorted(set(index["weight_map"].values()))
+    assert len(files) >= 3 and files == sorted(p for p in os.listdir(tmp_path / "sharded") if p.startswith("model-"))
+    assert files[0] == f"model-00001-of-{len(files):05d}.safetensors"
+    assert not (tmp_path / "sharded" / "model.safetensors").exists()
+    for file in files:
+        assert os.path.getsize(tmp_path / "sharded" / file) <= 10_000 + 2_000  # + the safetensors header
+    sizes = [v.size * 4 for v in hf_format.read_hf_directory(str(tmp_path / "sharded")).tensors.values()]
+    assert index["metadata"]["total_size"] == sum(sizes)
+    assert_same_hf(fixture(arch), str(tmp_path / "sharded"))
+    convert.convert(from_hf=str(tmp_path / "sharded"), to_textrain=str(tmp_path / "tr"))
+    convert.convert(from_textrain=str(tmp_path / "tr"), to_hf=str(tmp_path / "one"))
+    assert_same_hf(fixture(arch), str(tmp_path / "one"))
+    assert (tmp_path / "one" / "model.safetensors").exists()
+    proc = _run_cli("textrain.trainers.convert", f"--from_hf={fixture(arch)}", f"--to_hf={tmp_path / 'bad'}",
+                    "--max_shard_size=lots")
+    assert proc.returncode == 1 and proc.stderr.strip().splitlines()[-1].startswith(
+        "textrain-convert: error: --max_shard_size=lots: expected a positive size")
+    assert not (tmp_path / "bad").exists()
+
+
 def test_classifier_init_checkpoint_reads_hf_directory():
     """finetune.init_checkpoint / --init_checkpoint of a fine-tuning model: the encoder from an HF
     directory; the head fresh by default, the HF classifier's head with init_head=True."""
@@ -339,7 +367,7 @@ def test_electra_hf_heads_match_transformers_and_round_trip(arch, tmp_path):
     exchange = convert.read_hf(fixture(arch))
     assert exchange.head == "hf"
     model = convert.load_into_model(exchange, fixture(arch))
-    assert model.head == "hf"
+    assert model.head_variant == "hf"
     x = io(arch)
     got = model.predict_outputs(_bert_features(x))
     names = [k[len("out."):] for k in x if k.startswith("out.") and k != "out.sequence_output"]
@@ -420,8 +448,9 @@ def test_finetune_keeps_an_hf_electra_head_and_converts_best_back(tmp_path):
     assert "serve_text" in served.signatures
     proc = _run_cli("textrain.trainers.convert", f"--from_textrain={run / 'best'}", "--model=electra_classifier",
                     f"--config_file={fixture(arch)}", "--num_labels=3", f"--to_hf={tmp_path / 'hf'}",
-                    f"--vocab_file={os.path.join(fixture(arch), 'vocab.txt')}")
+                    f"--vocab_file={os.path.join(fixture(arch), 'vocab.txt')}", "--max_seq_length=16")
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.load(open(tmp_path / "hf" / "tokenizer_config.json"))["model_max_length"] == 16
     want = load_file(os.path.join(fixture(arch), "model.safetensors"))
     got = load_file(str(tmp_path / "hf" / "model.safetensors"))
     assert sorted(got) == sorted(want)
@@ -527,10 +556,12 @@ def test_from_textrain_run_with_size_labels_and_vocab(tmp_path):
     vocab = os.path.join(fixture("BertModel"), "vocab.txt")
     convert.convert(from_textrain=str(tmp_path / "run"), model="bert_classifier", model_size="tiny",
                     labels_file=str(tmp_path / "labels.json"), vocab_file=vocab, do_lower_case=False,
-                    to_hf=str(tmp_path / "hf"))
+                    max_seq_length=48, to_hf=str(tmp_path / "hf"))
     config = hf_format.read_config(str(tmp_path / "hf"))
     assert config["id2label"] == {"0": "narration", "1": "speech"} and config["hidden_size"] == 128
-    assert hf_format.do_lower_case(str(tmp_path / "hf")) is False
+    # transformers' tokenizer truncates at model_max_length and lowercases as the model was tuned
+    assert json.load(open(tmp_path / "hf" / "tokenizer_config.json")) == {
+        "do_lower_case": False, "model_max_length": 48, "tokenizer_class": "BertTokenizer"}
     got = load_file(str(tmp_path / "hf" / "model.safetensors"))
     np.testing.assert_array_equal(got["classifier.weight"], model.classifier.output_weights.numpy())
     np.testing.assert_array_equal(got["bert.encoder.layer.1.output.dense.weight"],

@@ -28,6 +28,8 @@ Decisions:
   textrain. The originals' ELECTRA heads have no HF architecture (--to_tf1 / --to_textrain only).
 - ELECTRA's discriminator and generator are two HF directories and one textrain / TF1 checkpoint (they
   share the embeddings, which must be equal); `--to_hf_generator` writes the generator back.
+- The tokenizer files travel with the weights; `--max_seq_length` (the fine-tuning length) is recorded as their
+  tokenizer_config.json's `model_max_length`. `--max_shard_size` shards the HF weights as save_pretrained does.
 - Output goes to a temporary directory beside the target, renamed into place when complete.
 """
 from __future__ import annotations
@@ -59,17 +61,25 @@ MODEL_OF_ARCHITECTURE = {
     "ElectraForQuestionAnswering": "electra_squad",
     "XLNetModel": "xlnet", "XLNetLMHeadModel": "xlnet", "XLNetForSequenceClassification": "xlnet_classifier",
     "XLNetForQuestionAnswering": "xlnet_squad",
+    "BertForTokenClassification": "bert_tagger", "ElectraForTokenClassification": "electra_tagger",
+    "XLNetForTokenClassification": "xlnet_tagger",
 }
 ARCHITECTURE_OF_MODEL = {"bert": "BertForPreTraining", "bert_classifier": "BertForSequenceClassification",
                          "bert_squad": "BertForQuestionAnswering", "electra": "ElectraForPreTraining",
                          "electra_classifier": "ElectraForSequenceClassification",
                          "electra_squad": "ElectraForQuestionAnswering",
                          "xlnet": "XLNetLMHeadModel", "xlnet_classifier": "XLNetForSequenceClassification",
-                         "xlnet_squad": "XLNetForQuestionAnswering"}
+                         "xlnet_squad": "XLNetForQuestionAnswering", "bert_tagger": "BertForTokenClassification",
+                         "electra_tagger": "ElectraForTokenClassification",
+                         "xlnet_tagger": "XLNetForTokenClassification"}
+# Models whose head has one output per label (config.json's id2label; --num_labels, --labels_file).
+LABELLED = ("bert_classifier", "electra_classifier", "xlnet_classifier", "bert_tagger", "electra_tagger",
+            "xlnet_tagger")
 # Variables of the textrain model an architecture does not have (they stay freshly initialised).
 # (BertForQuestionAnswering has no pooler: textrain's span head keeps one it never uses.)
 FRESH = {"BertModel": (r"^cls/",), "BertForMaskedLM": (r"^cls/seq_relationship/", r"^bert/pooler/"),
-         "BertForQuestionAnswering": (r"^bert/pooler/",), "XLNetModel": (r"^model/lm_loss/",)}
+         "BertForQuestionAnswering": (r"^bert/pooler/",), "BertForTokenClassification": (r"^bert/pooler/",),
+         "XLNetModel": (r"^model/lm_loss/",)}
 
 
 @dataclasses.dataclass
@@ -85,6 +95,7 @@ class Exchange:
     n_top: tuple[int, int] = (5, 5)  # XLNet's span head: start_n_top, end_n_top
     labels: list[str] | None = None  # a classifier's label names (HF id2label), in id order
     do_lower_case: bool = True  # a vocab.txt without a tokenizer_config.json: the WordPiece casing to record
+    max_seq_length: int | None = None  # the fine-tuning length: tokenizer_config.json's model_max_length
 
     def fresh_patterns(self) -> tuple[str, ...]:
         return FRESH.get(self.architecture, ()) if self.fresh is None else self.fresh
@@ -156,7 +167,7 @@ def read_hf(path: str, generator: str | None = None) -> Exchange:
         raise UserError(f"--hf_generator is for ELECTRA; --from_hf={path} is {architecture}")
     values = hf_directory_values(path)
     model_name = MODEL_OF_ARCHITECTURE[architecture]
-    labels = hf_format.num_labels(config) if model_name.endswith("_classifier") else None
+    labels = hf_format.num_labels(config) if model_name in LABELLED else None
     names = hf_format.label_names(config) if labels else None
     source = os.path.join(path, hf_format.CONFIG)
     if model_name.startswith("xlnet"):
@@ -206,6 +217,10 @@ def _architecture_of_names(names: set[str]) -> str:
         return "XLNetForQuestionAnswering"
     if f"model/classification_{hf_format.XLNET_TASK}/logit/kernel" in names:
         return "XLNetForSequenceClassification"
+    if f"model/tagging_{hf_format.XLNET_TASK}/logit/kernel" in names:
+        return "XLNetForTokenClassification"
+    if f"task_specific/{hf_format.XLNET_TASK}/dense/kernel" in names:
+        return "ElectraForTokenClassification"
     if "model/transformer/word_embedding/lookup_table" in names:
         return "XLNetLMHeadModel" if "model/lm_loss/bias" in names else "XLNetModel"
     if "cls/squad/output_weights" in names:
@@ -233,7 +248,10 @@ def read_tf1(path: str, config_file: str | None, vocab_file: str | None, model_n
     head = {"BertForSequenceClassification": ("output_weights", 0),
             "ElectraForSequenceClassification": (f"{hf_format.HF_ONLY_HEADS['ElectraForSequenceClassification']}"
                                                  f"/kernel", 1),
-            "XLNetForSequenceClassification": (f"model/classification_{hf_format.XLNET_TASK}/logit/kernel", 1)}
+            "XLNetForSequenceClassification": (f"model/classification_{hf_format.XLNET_TASK}/logit/kernel", 1),
+            "BertForTokenClassification": ("output_weights", 0),
+            "ElectraForTokenClassification": (f"task_specific/{hf_format.XLNET_TASK}/dense/kernel", 1),
+            "XLNetForTokenClassification": (f"model/tagging_{hf_format.XLNET_TASK}/logit/kernel", 1)}
     labels = int(values[head[architecture][0]].shape[head[architecture][1]]) if architecture in head else None
     files = {"vocab.txt": vocab_file} if vocab_file else {}
     return Exchange(architecture, _read_json(config_file, MODEL_OF_ARCHITECTURE[architecture]), values, labels, files)
@@ -345,7 +363,8 @@ def restore_textrain(path: str, model) -> None:
 # ------------------------------------------------------------------------------------ writers
 def _copy_tokenizer(exchange: Exchange, out: str) -> None:
     """The tokenizer files. A tokenizer.json alone also gives the vocab.txt textrain's WordPiece reads; a bare
-    vocab.txt gets the tokenizer_config.json that tells transformers its casing."""
+    vocab.txt gets the tokenizer_config.json that tells transformers its casing; a known fine-tuning length
+    goes in as `model_max_length`, so transformers truncates where the model was tuned and exported."""
     for name, source in exchange.tokenizer_files.items():
         shutil.copyfile(source, os.path.join(out, name))
     if "tokenizer.json" in exchange.tokenizer_files and "vocab.txt" not in exchange.tokenizer_files:
@@ -356,6 +375,13 @@ def _copy_tokenizer(exchange: Exchange, out: str) -> None:
     if "vocab.txt" in exchange.tokenizer_files and "tokenizer_config.json" not in exchange.tokenizer_files:
         _write_json(os.path.join(out, "tokenizer_config.json"),
                     {"do_lower_case": exchange.do_lower_case, "tokenizer_class": "BertTokenizer"})
+    if exchange.max_seq_length and exchange.tokenizer_files:
+        path = os.path.join(out, "tokenizer_config.json")
+        config = {}
+        if os.path.exists(path):
+            with open(path, encoding="utf-8") as f:
+                config = json.load(f)
+        _write_json(path, dict(config, model_max_length=exchange.max_seq_length))
 
 
 def _write_json(path: str, value: Any) -> None:
@@ -382,7 +408,7 @@ def hf_config_of(exchange: Exchange, architecture: str) -> dict[str, Any]:
     return hf
 
 
-def write_hf(exchange: Exchange, out: str, architecture: str | None = None) -> None:
+def write_hf(exchange: Exchange, out: str, architecture: str | None = None, max_shard_size: int | None = None) -> None:
     architecture = architecture or exchange.architecture
     if MODEL_OF_ARCHITECTURE.get(architecture, "electra" if architecture == "ElectraForMaskedLM" else None) \
             != exchange.model_name:
@@ -393,7 +419,7 @@ def write_hf(exchange: Exchange, out: str, architecture: str | None = None) -> N
     if fresh:
         raise UserError(f"{exchange.architecture} has no {', '.join(fresh)}: it cannot be written as {architecture}")
     tensors = hf_format.hf_tensors(architecture, config, exchange.values)
-    hf_format.write_safetensors(os.path.join(out, hf_format.WEIGHTS), tensors)
+    hf_format.write_weights(out, tensors, max_shard_size)
     _write_json(os.path.join(out, hf_format.CONFIG), config)
     _copy_tokenizer(exchange, out)
 
@@ -431,7 +457,9 @@ def write_textrain(exchange: Exchange, out: str, source: str) -> list[str]:
     return fresh_names(model, exchange.fresh_patterns())
 
 
-SERVABLE = ("bert_classifier", "bert_squad", "electra_classifier", "electra_squad", "xlnet_classifier", "xlnet_squad")
+DEFAULT_SERVING_LENGTH = 128  # --to_saved_model without --max_seq_length
+SERVABLE = ("bert_classifier", "bert_squad", "electra_classifier", "electra_squad", "xlnet_classifier", "xlnet_squad",
+            "bert_tagger", "electra_tagger", "xlnet_tagger")
 
 
 def write_saved_model(exchange: Exchange, out: str, source: str, max_seq_length: int) -> None:
@@ -486,8 +514,8 @@ def convert(*, from_hf: str | None = None, from_tf1: str | None = None, from_tex
             model: str | None = None, config_file: str | None = None, num_labels: int | None = None,
             vocab_file: str | None = None, hf_architecture: str | None = None, hf_generator: str | None = None,
             to_hf_generator: str | None = None, to_saved_model: str | None = None,
-            max_seq_length: int = 128, model_size: str | None = None, labels_file: str | None = None,
-            do_lower_case: bool = True) -> list[str]:
+            max_seq_length: int | None = None, model_size: str | None = None, labels_file: str | None = None,
+            do_lower_case: bool = True, max_shard_size: str | None = None) -> list[str]:
     """One conversion; returns lines describing what was written."""
     sources = [s for s in (from_hf, from_tf1, from_textrain) if s]
     targets = [t for t in (to_hf, to_tf1, to_textrain, to_hf_generator, to_saved_model) if t]
@@ -518,6 +546,11 @@ def convert(*, from_hf: str | None = None, from_tf1: str | None = None, from_tex
             exchange.labels = names
     source = sources[0]
     exchange.do_lower_case = do_lower_case
+    exchange.max_seq_length = max_seq_length
+    shard_bytes = hf_format.parse_shard_size(max_shard_size) if max_shard_size else None
+    if max_seq_length is not None and max_seq_length < 1:
+        raise UserError(f"--max_seq_length={max_seq_length}: expected a positive length")
+    max_seq_length = max_seq_length or DEFAULT_SERVING_LENGTH
     check_vocabulary(exchange)
     # Check everything the targets need before writing any of them.
     load_into_model(exchange, source)
@@ -544,7 +577,7 @@ def convert(*, from_hf: str | None = None, from_tf1: str | None = None, from_tex
         write_atomically(to_tf1, lambda d: write_tf1(exchange, d))
         lines.append(f"wrote {to_tf1}/model.ckpt (the originals' variable names)")
     for out, architecture in hf_targets:
-        write_atomically(out, lambda d, a=architecture: write_hf(exchange, d, a))
+        write_atomically(out, lambda d, a=architecture: write_hf(exchange, d, a, shard_bytes))
         lines.append(f"wrote {out} ({architecture}, safetensors)")
     if to_saved_model:
         write_atomically(to_saved_model, lambda d: write_saved_model(exchange, d, source, max_seq_length))
@@ -563,7 +596,7 @@ def define_flags() -> None:
                       "The textrain model a --from_textrain run or --from_tf1 checkpoint holds.")
     flags.DEFINE_string("config_file", None, "bert_config.json (or the family's config file, or the HF directory "
                         "the run started from) of a --from_tf1 or --from_textrain checkpoint.")
-    flags.DEFINE_integer("num_labels", None, "Labels of a --from_textrain bert_classifier run.")
+    flags.DEFINE_integer("num_labels", None, "Labels of a --from_textrain classifier or tagger run.")
     flags.DEFINE_string("labels_file", None, "A --from_textrain classifier's label names in id order: the problem's "
                         "labels.json (in its data_dir) or one name a line; they become config.json's id2label.")
     flags.DEFINE_bool("do_lower_case", True, "With --vocab_file: the WordPiece casing the model was trained with "
@@ -577,7 +610,11 @@ def define_flags() -> None:
     flags.DEFINE_string("to_hf_generator", None, "ELECTRA: also write the generator as an HF ElectraForMaskedLM.")
     flags.DEFINE_string("to_saved_model", None, "Write a SavedModel of a fine-tuning model (ids in, the head's "
                         "outputs out; raw text in for a BERT classifier with a vocab.txt).")
-    flags.DEFINE_integer("max_seq_length", 128, "--to_saved_model: the raw-text signatures' sequence length.")
+    flags.DEFINE_integer("max_seq_length", None, "The length the model was fine-tuned with: --to_saved_model's "
+                         "raw-text signatures truncate at it (default 128); --to_hf and the other targets record it "
+                         "as tokenizer_config.json's model_max_length.")
+    flags.DEFINE_string("max_shard_size", None, "--to_hf: write safetensors shards of at most this size (500MB, "
+                        "2GB, 1GiB or bytes, as save_pretrained) with model.safetensors.index.json.")
 
 
 def main(argv: list[str]) -> None:
@@ -589,7 +626,8 @@ def main(argv: list[str]) -> None:
                         hf_architecture=FLAGS.hf_architecture, hf_generator=FLAGS.hf_generator,
                         to_hf_generator=FLAGS.to_hf_generator, to_saved_model=FLAGS.to_saved_model,
                         max_seq_length=FLAGS.max_seq_length, model_size=FLAGS.model_size,
-                        labels_file=FLAGS.labels_file, do_lower_case=FLAGS.do_lower_case):
+                        labels_file=FLAGS.labels_file, do_lower_case=FLAGS.do_lower_case,
+                        max_shard_size=FLAGS.max_shard_size):
         print(line, flush=True)
 
 
