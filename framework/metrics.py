@@ -18,6 +18,13 @@ Decisions:
   correlation must not win best-checkpoint selection.
 - `multilabel_micro_f1`: 2*TP / (2*TP + FP + FN) over every (example, label) cell; 0.0 when nothing is
   true or predicted.
+- `conll_chunks` / `entity_scores`: CoNLL's conlleval (and seqeval's default mode): a tag is `O` or
+  `PREFIX-TYPE` (prefix B, I, E, S; a tag without a hyphen is its own prefix with an empty type); a
+  chunk starts and ends by conlleval's startOfChunk / endOfChunk rules, so an I- (or E-) that follows O
+  or another type starts a chunk (IOB1 and a model's stray I- are read as conlleval reads them), and a
+  sentence boundary ends every chunk. A predicted chunk is correct when a gold chunk has exactly its
+  first word, last word and type. precision / recall / f1 are fractions (conlleval prints percent);
+  0.0 when undefined.
 """
 from __future__ import annotations
 
@@ -117,3 +124,64 @@ def multilabel_micro_f1(labels, predictions) -> float:
 def mean_squared_error(x, y) -> float:
     x, y = _flat(x).astype(np.float64), _flat(y).astype(np.float64)
     return float(np.mean((x - y) ** 2)) if x.size else 0.0
+
+
+def _split_tag(tag: str) -> tuple[str, str]:
+    """conlleval's split of a tag: ("B", "PER") for "B-PER", ("O", "") for "O", (tag, "") without a hyphen."""
+    prefix, dash, kind = tag.partition("-")
+    return (prefix, kind) if dash else (tag, "")
+
+
+def _chunk_ends(prev: str, tag: str, prev_type: str, kind: str) -> bool:
+    """conlleval's endOfChunk: whether the chunk open at the previous word ends before this word."""
+    if prev in ("E", "S"):
+        return True
+    if prev in ("B", "I") and tag in ("B", "S", "O"):
+        return True
+    return prev != "O" and prev_type != kind
+
+
+def _chunk_starts(prev: str, tag: str, prev_type: str, kind: str) -> bool:
+    """conlleval's startOfChunk: whether a chunk starts at this word."""
+    if tag in ("B", "S"):
+        return True
+    if prev in ("E", "S", "O") and tag in ("E", "I"):
+        return True
+    return tag != "O" and prev_type != kind
+
+
+def conll_chunks(tags: list[str]) -> list[tuple[int, int, str]]:
+    """The chunks of one sentence's tags as (first word, last word, type), in order."""
+    chunks: list[tuple[int, int, str]] = []
+    prev, prev_type, start = "O", "", None
+    for i, tag in enumerate(list(tags) + ["O"]):  # the sentence end closes an open chunk
+        prefix, kind = _split_tag(tag)
+        if start is not None and _chunk_ends(prev, prefix, prev_type, kind):
+            chunks.append((start, i - 1, prev_type))
+            start = None
+        if i < len(tags) and _chunk_starts(prev, prefix, prev_type, kind):
+            start = i
+        prev, prev_type = prefix, kind
+    return chunks
+
+
+def entity_scores(gold: list[list[str]], predicted: list[list[str]]) -> dict[str, float]:
+    """Entity-level precision, recall, f1 (exact span and type, conlleval's chunks) and token_accuracy
+    (every word, O included) over sentences of tags; both lists hold the same sentences' tags."""
+    if len(gold) != len(predicted):
+        raise ValueError(f"{len(gold)} gold sentences but {len(predicted)} predicted")
+    correct = found = wanted = words = right = 0
+    for g, p in zip(gold, predicted):
+        if len(g) != len(p):
+            raise ValueError(f"a sentence of {len(g)} gold tags has {len(p)} predicted")
+        gold_chunks, pred_chunks = set(conll_chunks(g)), set(conll_chunks(p))
+        correct += len(gold_chunks & pred_chunks)
+        found += len(pred_chunks)
+        wanted += len(gold_chunks)
+        words += len(g)
+        right += sum(a == b for a, b in zip(g, p))
+    precision = correct / found if found else 0.0
+    recall = correct / wanted if wanted else 0.0
+    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    return {"precision": precision, "recall": recall, "f1": f1,
+            "token_accuracy": right / words if words else 0.0}

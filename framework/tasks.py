@@ -233,6 +233,11 @@ class FinetuneTask(Problem, abc.ABC):
             return None
         return ServingVocab(hp.vocab_file, bool(hp.do_lower_case))
 
+    def serving_doc_stride(self, data_dir: str) -> int:
+        """Sub-tokens between two windows' starts in a tagger's raw-text signature (the records'
+        `doc_stride`); 0: the task has no windows of words."""
+        return 0
+
     # ---------------------------------------------------------------- tokenizer
     def encoder(self) -> encoders.WordpieceEncoder | encoders.SentencePieceEncoder:
         """The pretrained model's tokenizer (`pretrained_encoder`), built once per problem."""

@@ -77,12 +77,13 @@ def test_every_config_parses(path):
 
         registry.import_builtins()
         name = os.path.basename(path)
-        is_task = name.startswith(("glue_", "tsv_")) or name in ("squad_v1.gin", "squad_v2.gin", "race.gin")
+        is_task = name.startswith(("glue_", "tsv_")) or name in ("squad_v1.gin", "squad_v2.gin", "race.gin",
+                                                                                 "tagging.gin")
         if is_task:
             assert gin.query_parameter("finetune.task") in registry.problems
         else:  # a model file, alone or combined with a task file
             model = gin.query_parameter("finetune.model")
-            assert model in registry.models and model.endswith(("_classifier", "_squad", "_race"))
+            assert model in registry.models and model.endswith(("_classifier", "_squad", "_race", "_tagger"))
     finally:
         gin.clear_config()
 

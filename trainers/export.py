@@ -7,6 +7,11 @@ Signatures:
   records' layout of the model family; XLNet's input_mask is 1 = padding) — out: logits and
   probabilities (regression: predictions), and `label` (the predicted label string) for
   classification.
+- A tagger (`task_type` "tagging", models/tagging_heads.py): `serving_default` gives per-position logits,
+  probabilities and tag_ids; `serve_text` takes sentences — text `[batch]` — and returns one tag per
+  whitespace-separated word: `tags` string `[batch, max words]` (padded with ""), `tag_ids` (padded with -1)
+  and `num_words`, from the windows the records were made with (framework/graph_tagging.py, the task's
+  `serving_doc_stride`), so they equal the trainer's predictions. BERT and ELECTRA only, as below.
 - `serve_text`: raw strings in — text_a `[batch]` — and `serve_text_pair`: text_a, text_b — tokenised
   IN the graph by framework/graph_wordpiece.GraphWordpieceTokenizer (same ids as the WordPiece
   encoder the records were made with; the batch is cut to its longest row, padding changes no output),
@@ -37,7 +42,8 @@ log = logging.getLogger("textrain.export")
 class ServingModule(tf.Module):
     """The classifier plus its serving functions (and the tokenizer, when raw strings are served)."""
 
-    def __init__(self, model, max_seq_length: int, labels: list[str] | None = None, tokenizer: Any = None):
+    def __init__(self, model, max_seq_length: int, labels: list[str] | None = None, tokenizer: Any = None,
+                 doc_stride: int = 0):
         super().__init__(name="serving")
         # The Keras model is NOT an attribute: saving would make Keras trace its call() with guessed
         # inputs. The module tracks its variables (the SavedModel's weights); the functions close over it.
@@ -49,7 +55,11 @@ class ServingModule(tf.Module):
         ids = tf.TensorSpec([None, None], tf.int32)
         self.serve_ids = tf.function(self._serve_ids, input_signature=[ids, ids, ids])
         text = tf.TensorSpec([None], tf.string)
-        if tokenizer is not None:
+        self.doc_stride = doc_stride
+        self.tags_words = tokenizer is not None and model.task_type == "tagging"
+        if self.tags_words:
+            self.serve_text = tf.function(self._serve_words, input_signature=[text])
+        elif tokenizer is not None:
             self.serve_text = tf.function(lambda text_a: self._serve_tokens(tokenizer(text_a)),
                                           input_signature=[text])
             self.serve_text_pair = tf.function(
@@ -64,6 +74,18 @@ class ServingModule(tf.Module):
         return self._serve_ids(tf.cast(tokens["input_ids"][:, :length], tf.int32), mask[:, :length],
                                tf.cast(tokens["segment_ids"][:, :length], tf.int32))
 
+    def _serve_words(self, text) -> dict:
+        """Sentences -> one tag per whitespace word (framework/graph_tagging.py's windows, one model call)."""
+        from textrain.framework.graph_tagging import word_windows
+
+        windows = word_windows(self.tokenizer, text, self.doc_stride)
+        features = windows.features
+        tag_ids = self._serve_ids(features["input_ids"], features["input_mask"], features["segment_ids"])["tag_ids"]
+        per_word = windows.words.with_flat_values(tf.gather_nd(tf.cast(tag_ids, tf.int32), windows.pick))
+        return {"tags": tf.gather(self.labels, per_word).to_tensor(default_value=""),
+                "tag_ids": per_word.to_tensor(default_value=-1),
+                "num_words": tf.cast(per_word.row_lengths(), tf.int32)}
+
     def _serve_ids(self, input_ids, input_mask, segment_ids) -> dict:
         model = self._get_model()
         outputs = dict(model.predict_outputs(model.serving_features(input_ids, input_mask, segment_ids)))
@@ -73,7 +95,9 @@ class ServingModule(tf.Module):
 
     def signatures(self) -> dict:
         sigs = {"serving_default": self.serve_ids}
-        if self.tokenizer is not None:
+        if self.tags_words:
+            sigs["serve_text"] = self.serve_text
+        elif self.tokenizer is not None:
             sigs["serve_text"] = self.serve_text
             sigs["serve_text_pair"] = self.serve_text_pair
         return sigs
@@ -105,7 +129,8 @@ def export_classifier(model: FinetuneModel, export_dir: str, *, problem: Finetun
             labels = list(problem.serving_labels(data_dir))
         if tokenizer is None:
             tokenizer = make_tokenizer(problem, data_dir, model, family, max_seq_length)
-    module = ServingModule(model, max_seq_length, labels, tokenizer)
+    doc_stride = problem.serving_doc_stride(data_dir) if problem is not None else 0
+    module = ServingModule(model, max_seq_length, labels, tokenizer, doc_stride)
     tmp = export_dir.rstrip("/") + ".tmp"
     for path in (tmp,):
         if tf.io.gfile.exists(path):
