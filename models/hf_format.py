@@ -59,6 +59,12 @@ ARCHITECTURES: dict[str, tuple[str, str]] = {
 # ElectraClassifier: dense, gelu, out_proj on [CLS]; models/qa_heads.py ElectraSquad: one linear start/end
 # layer, where the original predicts the end from the start). Every other architecture holds "original".
 HEAD_VARIANTS = {"ElectraForSequenceClassification": "hf", "ElectraForQuestionAnswering": "hf"}
+# Parts of the textrain model an architecture does not hold (patterns of TF1 names): they stay freshly initialised
+# when it is read, by textrain-convert and as an init_checkpoint. (BertForQuestionAnswering and
+# BertForTokenClassification have no pooler: textrain's span head and tagger keep one they never use.)
+ABSENT_PARTS = {"BertModel": (r"^cls/",), "BertForMaskedLM": (r"^cls/seq_relationship/", r"^bert/pooler/"),
+                "BertForQuestionAnswering": (r"^bert/pooler/",), "BertForTokenClassification": (r"^bert/pooler/",),
+                "XLNetModel": (r"^model/lm_loss/",)}
 HF_ONLY_SCOPE = "hf_only_head"  # TF1 scope of such heads' tensors (no original checkpoint has it)
 # The TF1 name of each such head's last layer: what tells a TF1-layout checkpoint's architecture.
 HF_ONLY_HEADS = {"ElectraForSequenceClassification": f"{HF_ONLY_SCOPE}/classifier/out_proj",

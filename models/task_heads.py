@@ -133,7 +133,8 @@ class EncoderFinetuneModel(FinetuneModel):
                     f"init_head: {path} is {architecture}, whose head is the {variant!r} variant; this "
                     f"{type(self).__name__} has head={self.head_variant!r} (bind finetune.model_settings={{'head': "
                     f"'{variant}'}}, or leave init_head off for a fresh head)")
-            return self._load_tf1_names(path, init_head, head_may_stay=True)
+            absent = hf_format.ABSENT_PARTS.get(architecture, ())
+            return self._load_tf1_names(path, init_head, head_may_stay=True, absent=absent)
         if tf.io.gfile.isdir(path):
             path = tf.train.latest_checkpoint(path) or path
         names = [n for n, _ in tf.train.list_variables(path)]
@@ -150,10 +151,12 @@ class EncoderFinetuneModel(FinetuneModel):
             return sorted(v.path for v in encoder.weights)
         return self._load_tf1_names(path, init_head, head_may_stay=False)
 
-    def _load_tf1_names(self, path: str, init_head: bool, head_may_stay: bool) -> list[str]:
+    def _load_tf1_names(self, path: str, init_head: bool, head_may_stay: bool, absent: tuple[str, ...] = ()
+                        ) -> list[str]:
         """The encoder (with `init_head` the head too) by the originals' names. `head_may_stay`: a head in
-        the file that is not loaded is no error (an HF classifier fine-tuned anew)."""
-        encoder = self.encoder_tf1_variable_map()
+        the file that is not loaded is no error (an HF classifier fine-tuned anew); `absent`: patterns of the
+        encoder's names the file's architecture does not hold (they stay fresh: BERT's pooler)."""
+        encoder = {n: v for n, v in self.encoder_tf1_variable_map().items() if not any(re.search(p, n) for p in absent)}
         head = {n: v for n, v in self.tf1_variable_map().items() if n not in encoder}
         unused_head = tuple(f"^{re.escape(n)}$" for n in head) + (f"^{hf_format.HF_ONLY_SCOPE}/",) \
             if head_may_stay and not init_head else ()

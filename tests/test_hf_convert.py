@@ -77,7 +77,7 @@ def test_import_matches_transformers(arch):
 def test_to_textrain_then_to_hf_is_exact(arch, tmp_path):
     lines = convert.convert(from_hf=fixture(arch), to_textrain=str(tmp_path / "tr"))
     assert (tmp_path / "tr" / "textrain_model.json").exists() and (tmp_path / "tr" / "vocab.txt").exists()
-    if arch in convert.FRESH:
+    if arch in hf_format.ABSENT_PARTS:
         assert "freshly initialised" in lines[0]
     convert.convert(from_textrain=str(tmp_path / "tr"), to_hf=str(tmp_path / "hf"))
     assert_same_hf(fixture(arch), str(tmp_path / "hf"))
@@ -456,6 +456,134 @@ def test_finetune_keeps_an_hf_electra_head_and_converts_best_back(tmp_path):
     assert sorted(got) == sorted(want)
     for name in want:
         np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+
+
+# ------------------------------------------------------------------------------------ token classification
+TOKEN_ARCHS = ("BertForTokenClassification", "ElectraForTokenClassification", "XLNetForTokenClassification")
+TAGS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]  # the fixtures' id2label
+
+
+def _tagger_features(arch: str, x: dict[str, np.ndarray]) -> dict[str, tf.Tensor]:
+    if arch.startswith("XLNet"):  # XLNet's input_mask: float, 1 = padding
+        return {"input_ids": tf.constant(x["input_ids"], tf.int32),
+                "input_mask": tf.constant(1 - x["attention_mask"], tf.float32),
+                "segment_ids": tf.constant(x["token_type_ids"], tf.int32)}
+    return _bert_features(x)
+
+
+@pytest.mark.parametrize("arch", TOKEN_ARCHS)
+def test_token_classification_matches_transformers_and_round_trips(arch, tmp_path):
+    """*ForTokenClassification <-> the textrain taggers: transformers' logits to 1e-5 on the real tokens, the
+    label names kept, HF -> textrain -> HF and through the originals' layout exact (all through the CLI)."""
+    proc = _run_cli("textrain.trainers.convert", f"--from_hf={fixture(arch)}", f"--to_textrain={tmp_path / 'tr'}",
+                    f"--to_tf1={tmp_path / 'tf1'}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    model_name = convert.MODEL_OF_ARCHITECTURE[arch]
+    assert json.load(open(tmp_path / "tr" / "textrain_model.json"))["model"] == model_name
+    exchange = convert.read_hf(fixture(arch))
+    assert exchange.labels == TAGS and exchange.num_labels == 5
+    model = convert.load_into_model(exchange, fixture(arch))
+    x = io(arch)
+    logits = np.asarray(model.predict_outputs(_tagger_features(arch, x))["logits"])
+    real = x["attention_mask"].astype(bool)
+    assert logits.shape == x["out.logits"].shape == (2, 12, 5)
+    np.testing.assert_allclose(logits[real], x["out.logits"][real], atol=TOL)
+    proc = _run_cli("textrain.trainers.convert", f"--from_textrain={tmp_path / 'tr'}", f"--to_hf={tmp_path / 'hf'}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert_same_tensors(fixture(arch), str(tmp_path / "hf"))
+    got_config, want_config = hf_format.read_config(str(tmp_path / "hf")), hf_format.read_config(fixture(arch))
+    assert got_config["architectures"] == [arch] and got_config["id2label"] == want_config["id2label"]
+    if not arch.startswith("XLNet"):
+        assert_same_hf(fixture(arch), str(tmp_path / "hf"))
+    config_file = {"bert": "bert_config.json", "electra": "electra_config.json", "xlnet": "xlnet_config.json"}
+    proc = _run_cli("textrain.trainers.convert", f"--from_tf1={tmp_path / 'tf1' / 'model.ckpt'}",
+                    f"--config_file={tmp_path / 'tf1' / config_file[model_name.split('_')[0]]}", f"--model={model_name}",
+                    f"--to_hf={tmp_path / 'hf_tf1'}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert_same_tensors(fixture(arch), str(tmp_path / "hf_tf1"))
+
+
+@pytest.mark.parametrize("arch", TOKEN_ARCHS)
+def test_token_classification_to_saved_model(arch, tmp_path):
+    """--to_saved_model of a tagger: the ids signature gives transformers' per-token logits; BERT's and ELECTRA's
+    serve_text one tag per word, those of the words' sub-tokens."""
+    convert.convert(from_hf=fixture(arch), to_saved_model=str(tmp_path / "export"), max_seq_length=16, doc_stride=5)
+    loaded = tf.saved_model.load(str(tmp_path / "export"))
+    served = loaded.signatures["serving_default"]
+    x = io(arch)
+    out = served(input_ids=tf.constant(x["input_ids"], tf.int32), input_mask=tf.constant(x["attention_mask"], tf.int32)
+                 if not arch.startswith("XLNet") else tf.constant(1 - x["attention_mask"], tf.int32),
+                 segment_ids=tf.constant(x["token_type_ids"], tf.int32))
+    real = x["attention_mask"].astype(bool)
+    np.testing.assert_allclose(out["logits"].numpy()[real], x["out.logits"][real], atol=TOL)
+    if arch.startswith("XLNet"):
+        assert "serve_text" not in loaded.signatures  # SentencePiece has no core TensorFlow op
+        return
+    words = loaded.signatures["serve_text"](text=tf.constant(["w1 W2 w3"]))
+    ids = tf.constant([[2, 6, 7, 8, 3]], tf.int32)  # [CLS] w1 w2 w3 [SEP] in the fixtures' vocab.txt
+    tag_ids = served(input_ids=ids, input_mask=tf.ones_like(ids), segment_ids=tf.zeros_like(ids))["tag_ids"]
+    assert words["tag_ids"].numpy().tolist() == [tag_ids.numpy()[0, 1:4].tolist()]
+    assert [t.decode() for t in words["tags"].numpy()[0]] == [TAGS[i] for i in tag_ids.numpy()[0, 1:4]]
+
+
+# transformers' logits of an HF directory, where a venv with torch and transformers is named (tests/data/hf/
+# make_fixtures.py's): `TEXTRAIN_HF_PYTHON=/tmp/hf-venv/bin/python`.
+HF_LOGITS_SCRIPT = """
+import json, sys
+import numpy as np, torch, transformers
+path, ids = sys.argv[1], np.array(json.loads(sys.argv[2]))
+arch = json.load(open(path + "/config.json"))["architectures"][0]
+model = getattr(transformers, arch).from_pretrained(path).eval()
+with torch.no_grad():
+    out = model(input_ids=torch.tensor(ids), attention_mask=torch.ones_like(torch.tensor(ids)))
+print(json.dumps(out.logits.numpy().tolist()))
+"""
+
+
+def test_tagging_run_to_hf_serves_the_same_tags(tmp_path):
+    """A tagging fine-tune (encoder from BertForTokenClassification, head fresh) -> textrain-convert
+    --from_textrain=<run>/best --to_hf: read back, it serves the run's SavedModel's logits and raw-text tags;
+    with TEXTRAIN_HF_PYTHON set, transformers' logits of it equal them to 1e-5."""
+    arch = "BertForTokenClassification"
+    vocab = os.path.join(fixture(arch), "vocab.txt")
+    tags = ["B-PER", "I-PER", "O", "O", "B-LOC", "O"]
+    sentences = [([f"w{(7 * i + j) % 90 + 1}" for j in range(len(tags))], tags) for i in range(24)]
+    conll = "\n".join("".join(f"{w} {t}\n" for w, t in zip(words, ts)) for words, ts in sentences)
+    (tmp_path / "train.conll").write_text(conll)
+    (tmp_path / "dev.conll").write_text(conll)
+    hp = {"train_file": str(tmp_path / "train.conll"), "dev_file": str(tmp_path / "dev.conll"), "doc_stride": 4}
+    run, data = tmp_path / "run", tmp_path / "data"
+    params = ["finetune.model='bert_tagger'", f"finetune.problem_hparams={hp!r}", f"finetune.data_dir='{data}'",
+              f"finetune.model_dir='{run}'", f"finetune.vocab_file='{vocab}'", f"finetune.init_checkpoint='{fixture(arch)}'",
+              "finetune.max_seq_length=8", "finetune.train_batch_size=8", "finetune.eval_batch_size=8",
+              "finetune.num_train_steps=6", "finetune.learning_rate=1e-3", "finetune.export=True",
+              "finetune.do_predict=False"]
+    proc = _run_cli("textrain.trainers.finetune", "--gin_file=tagging.gin", *[f"--gin_param={p}" for p in params])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    labels = os.path.join(data, "tagging", "labels.json")
+    proc = _run_cli("textrain.trainers.convert", f"--from_textrain={run / 'best'}", "--model=bert_tagger",
+                    f"--config_file={fixture(arch)}", f"--labels_file={labels}", f"--vocab_file={vocab}",
+                    "--max_seq_length=8", f"--to_hf={tmp_path / 'hf'}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    config = hf_format.read_config(str(tmp_path / "hf"))
+    assert config["architectures"] == [arch] and sorted(config["id2label"].values()) == ["B-LOC", "B-PER", "I-PER", "O"]
+    proc = _run_cli("textrain.trainers.convert", f"--from_hf={tmp_path / 'hf'}", f"--to_saved_model={tmp_path / 'again'}",
+                    "--max_seq_length=8", "--doc_stride=4")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    exported, again = (tf.saved_model.load(str(d)).signatures for d in (run / "export", tmp_path / "again"))
+    ids = tf.constant([[2, 10, 20, 30, 40, 50, 3], [2, 11, 12, 13, 3, 0, 0]], tf.int32)
+    mask = tf.cast(ids > 0, tf.int32)
+    a, b = (s["serving_default"](input_ids=ids, input_mask=mask, segment_ids=tf.zeros_like(ids)) for s in (exported, again))
+    np.testing.assert_allclose(a["logits"].numpy(), b["logits"].numpy(), atol=TOL)
+    text = tf.constant([" ".join(words) for words, _ in sentences[:6]])
+    assert (exported["serve_text"](text=text)["tags"].numpy() == again["serve_text"](text=text)["tags"].numpy()).all()
+    hf_python = os.environ.get("TEXTRAIN_HF_PYTHON")
+    if hf_python:
+        row = ids.numpy()[:1].tolist()
+        proc = subprocess.run([hf_python, "-c", HF_LOGITS_SCRIPT, str(tmp_path / "hf"), json.dumps(row)],
+                              capture_output=True, text=True, timeout=300, check=False)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        np.testing.assert_allclose(np.array(json.loads(proc.stdout)), a["logits"].numpy()[:1], atol=TOL)
 
 
 # ------------------------------------------------------------------------------------ XLNet

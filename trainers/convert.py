@@ -19,7 +19,8 @@ Decisions:
   directory needs no flags. A training run's model_dir has no such file: `--model` and `--config_file` or
   `--model_size` (and `--num_labels` / `--labels_file`) say what it holds.
 - An architecture without all of a textrain model's parts (`BertModel`: no MLM/NSP; `BertForMaskedLM`: no
-  pooler, no NSP; `XLNetModel`: no LM bias; an ELECTRA discriminator without `--hf_generator`) goes in
+  pooler, no NSP; `BertForQuestionAnswering`, `BertForTokenClassification`: no pooler; `XLNetModel`: no LM bias;
+  an ELECTRA discriminator without `--hf_generator`; `hf_format.ABSENT_PARTS`) goes in
   with those parts freshly initialised, and the command lists them; everything else must match exactly
   or nothing is written.
 - HF heads unlike the original's (ELECTRA's classifier: dense, gelu, out_proj; its QA head: one linear
@@ -75,11 +76,6 @@ ARCHITECTURE_OF_MODEL = {"bert": "BertForPreTraining", "bert_classifier": "BertF
 # Models whose head has one output per label (config.json's id2label; --num_labels, --labels_file).
 LABELLED = ("bert_classifier", "electra_classifier", "xlnet_classifier", "bert_tagger", "electra_tagger",
             "xlnet_tagger")
-# Variables of the textrain model an architecture does not have (they stay freshly initialised).
-# (BertForQuestionAnswering has no pooler: textrain's span head keeps one it never uses.)
-FRESH = {"BertModel": (r"^cls/",), "BertForMaskedLM": (r"^cls/seq_relationship/", r"^bert/pooler/"),
-         "BertForQuestionAnswering": (r"^bert/pooler/",), "BertForTokenClassification": (r"^bert/pooler/",),
-         "XLNetModel": (r"^model/lm_loss/",)}
 
 
 @dataclasses.dataclass
@@ -91,14 +87,14 @@ class Exchange:
     values: dict[str, np.ndarray]
     num_labels: int | None = None
     tokenizer_files: dict[str, str] = dataclasses.field(default_factory=dict)  # name -> source path
-    fresh: tuple[str, ...] | None = None  # patterns of the model's TF1 names the source lacks (None: FRESH's)
+    fresh: tuple[str, ...] | None = None  # patterns of the model's TF1 names the source lacks (None: hf_format.ABSENT_PARTS's)
     n_top: tuple[int, int] = (5, 5)  # XLNet's span head: start_n_top, end_n_top
     labels: list[str] | None = None  # a classifier's label names (HF id2label), in id order
     do_lower_case: bool = True  # a vocab.txt without a tokenizer_config.json: the WordPiece casing to record
     max_seq_length: int | None = None  # the fine-tuning length: tokenizer_config.json's model_max_length
 
     def fresh_patterns(self) -> tuple[str, ...]:
-        return FRESH.get(self.architecture, ()) if self.fresh is None else self.fresh
+        return hf_format.ABSENT_PARTS.get(self.architecture, ()) if self.fresh is None else self.fresh
 
     @property
     def model_name(self) -> str:
@@ -297,7 +293,7 @@ def read_textrain(path: str, model_name: str | None, config_file: str | None, nu
     model = build_model(MODEL_OF_ARCHITECTURE[architecture], config, num_labels, n_top,
                         hf_format.HEAD_VARIANTS.get(architecture, "original"))
     restore_textrain(prefix, model)
-    values = {n: np.asarray(v.numpy()) for n, v in model_variable_map(model, FRESH.get(architecture, ())).items()}
+    values = {n: np.asarray(v.numpy()) for n, v in model_variable_map(model, hf_format.ABSENT_PARTS.get(architecture, ())).items()}
     files = _tokenizer_files(directory)
     if vocab_file:
         files["vocab.txt"] = vocab_file
@@ -458,13 +454,15 @@ def write_textrain(exchange: Exchange, out: str, source: str) -> list[str]:
 
 
 DEFAULT_SERVING_LENGTH = 128  # --to_saved_model without --max_seq_length
+DEFAULT_TAGGING_STRIDE = 64  # a tagger's serve_text without --doc_stride (the tagging problem's default)
 SERVABLE = ("bert_classifier", "bert_squad", "electra_classifier", "electra_squad", "xlnet_classifier", "xlnet_squad",
             "bert_tagger", "electra_tagger", "xlnet_tagger")
 
 
-def write_saved_model(exchange: Exchange, out: str, source: str, max_seq_length: int) -> None:
+def write_saved_model(exchange: Exchange, out: str, source: str, max_seq_length: int, doc_stride: int) -> None:
     """The export of today's fine-tuning (trainers/export.py): ids in, the head's outputs out; raw text in
-    (`serve_text`, `serve_text_pair`) for a BERT classifier with a WordPiece vocabulary."""
+    (`serve_text`, `serve_text_pair`; a tagger's `serve_text`: one tag per word, windows `doc_stride` apart)
+    for a WordPiece model with its vocabulary."""
     from textrain.trainers.export import export_classifier
     model = load_into_model(exchange, source)
     tokenizer = None
@@ -474,7 +472,8 @@ def write_saved_model(exchange: Exchange, out: str, source: str, max_seq_length:
         lower = hf_format.do_lower_case(os.path.dirname(vocab))
         tokenizer = GraphWordpieceTokenizer(vocab, do_lower_case=exchange.do_lower_case if lower is None else lower,
                                             max_seq_length=max_seq_length)
-    export_classifier(model, out, max_seq_length=max_seq_length, labels=exchange.labels, tokenizer=tokenizer)
+    export_classifier(model, out, max_seq_length=max_seq_length, labels=exchange.labels, tokenizer=tokenizer,
+                      doc_stride=doc_stride)
 
 
 def _remove_stale_temp_dirs(parent: str, base: str) -> None:
@@ -515,7 +514,8 @@ def convert(*, from_hf: str | None = None, from_tf1: str | None = None, from_tex
             vocab_file: str | None = None, hf_architecture: str | None = None, hf_generator: str | None = None,
             to_hf_generator: str | None = None, to_saved_model: str | None = None,
             max_seq_length: int | None = None, model_size: str | None = None, labels_file: str | None = None,
-            do_lower_case: bool = True, max_shard_size: str | None = None) -> list[str]:
+            do_lower_case: bool = True, max_shard_size: str | None = None,
+            doc_stride: int | None = None) -> list[str]:
     """One conversion; returns lines describing what was written."""
     sources = [s for s in (from_hf, from_tf1, from_textrain) if s]
     targets = [t for t in (to_hf, to_tf1, to_textrain, to_hf_generator, to_saved_model) if t]
@@ -551,6 +551,9 @@ def convert(*, from_hf: str | None = None, from_tf1: str | None = None, from_tex
     if max_seq_length is not None and max_seq_length < 1:
         raise UserError(f"--max_seq_length={max_seq_length}: expected a positive length")
     max_seq_length = max_seq_length or DEFAULT_SERVING_LENGTH
+    doc_stride = doc_stride or min(DEFAULT_TAGGING_STRIDE, max_seq_length - 2)
+    if not 1 <= doc_stride <= max_seq_length - 2:
+        raise UserError(f"--doc_stride={doc_stride}: expected 1 .. max_seq_length - 2 = {max_seq_length - 2}")
     check_vocabulary(exchange)
     # Check everything the targets need before writing any of them.
     load_into_model(exchange, source)
@@ -580,7 +583,7 @@ def convert(*, from_hf: str | None = None, from_tf1: str | None = None, from_tex
         write_atomically(out, lambda d, a=architecture: write_hf(exchange, d, a, shard_bytes))
         lines.append(f"wrote {out} ({architecture}, safetensors)")
     if to_saved_model:
-        write_atomically(to_saved_model, lambda d: write_saved_model(exchange, d, source, max_seq_length))
+        write_atomically(to_saved_model, lambda d: write_saved_model(exchange, d, source, max_seq_length, doc_stride))
         lines.append(f"wrote {to_saved_model} (SavedModel of {exchange.model_name})")
     return lines
 
@@ -613,6 +616,8 @@ def define_flags() -> None:
     flags.DEFINE_integer("max_seq_length", None, "The length the model was fine-tuned with: --to_saved_model's "
                          "raw-text signatures truncate at it (default 128); --to_hf and the other targets record it "
                          "as tokenizer_config.json's model_max_length.")
+    flags.DEFINE_integer("doc_stride", None, "--to_saved_model of a tagger: sub-tokens between the starts of two "
+                         "windows over a long sentence in serve_text (default 64, at most max_seq_length - 2).")
     flags.DEFINE_string("max_shard_size", None, "--to_hf: write safetensors shards of at most this size (500MB, "
                         "2GB, 1GiB or bytes, as save_pretrained) with model.safetensors.index.json.")
 
@@ -627,7 +632,7 @@ def main(argv: list[str]) -> None:
                         to_hf_generator=FLAGS.to_hf_generator, to_saved_model=FLAGS.to_saved_model,
                         max_seq_length=FLAGS.max_seq_length, model_size=FLAGS.model_size,
                         labels_file=FLAGS.labels_file, do_lower_case=FLAGS.do_lower_case,
-                        max_shard_size=FLAGS.max_shard_size):
+                        max_shard_size=FLAGS.max_shard_size, doc_stride=FLAGS.doc_stride):
         print(line, flush=True)
 
 
