@@ -281,7 +281,7 @@ def _xlnet(hf: str, layers: int) -> list[Row]:
 
 # The task name in the TF1 names of heads scoped by task (XLNet's classifier and tagger, ELECTRA's tagger) when
 # they come from or go to an HF directory (textrain's default).
-XLNET_TASK = "task"
+HF_TASK_NAME = "task"
 
 
 def name_table(architecture: str, config: dict[str, Any]) -> list[tuple[str, str, bool | int]]:
@@ -318,7 +318,7 @@ def name_table(architecture: str, config: dict[str, Any]) -> list[tuple[str, str
     elif architecture == "ElectraForQuestionAnswering":
         rows = _electra(config) + [Row("qa_outputs", f"{HF_ONLY_SCOPE}/qa_outputs", "linear")]
     elif architecture == "ElectraForTokenClassification":
-        rows = _electra(config) + [Row("classifier", f"task_specific/{XLNET_TASK}/dense", "linear")]
+        rows = _electra(config) + [Row("classifier", f"task_specific/{HF_TASK_NAME}/dense", "linear")]
     else:
         raise HFFormatError(f"architecture {architecture} is not one textrain converts; known: {', '.join(ARCHITECTURES)}")
     return [(h, t.lstrip("/"), tr) for row in rows for h, t, tr in row.pairs()]
@@ -332,7 +332,7 @@ def _xlnet_table(architecture: str, layers: int) -> list[tuple[str, str, bool | 
     elif architecture == "XLNetForSequenceClassification":
         rows = _xlnet("transformer.", layers) + [
             Row("sequence_summary.summary", "model/sequnece_summary/summary", "linear"),  # the original's spelling
-            Row("logits_proj", f"model/classification_{XLNET_TASK}/logit", "linear")]
+            Row("logits_proj", f"model/classification_{HF_TASK_NAME}/logit", "linear")]
     elif architecture == "XLNetForQuestionAnswering":
         rows = _xlnet("transformer.", layers) + [
             Row("start_logits.dense", "start_logits/dense", "linear"),
@@ -342,7 +342,7 @@ def _xlnet_table(architecture: str, layers: int) -> list[tuple[str, str, bool | 
             Row("answer_class.dense_0", "answer_class/dense_0", "linear"),
             Row("answer_class.dense_1", "answer_class/dense_1", "linear_no_bias")]
     elif architecture == "XLNetForTokenClassification":
-        rows = _xlnet("transformer.", layers) + [Row("classifier", f"model/tagging_{XLNET_TASK}/logit", "linear")]
+        rows = _xlnet("transformer.", layers) + [Row("classifier", f"model/tagging_{HF_TASK_NAME}/logit", "linear")]
     else:
         raise HFFormatError(f"architecture {architecture} is not one textrain converts; known: {', '.join(ARCHITECTURES)}")
     return [pair for row in rows for pair in row.pairs()]

@@ -223,7 +223,7 @@ class ElectraTagger(TaggerModel):
     @classmethod
     def from_config(cls, config: dict, *, num_labels: int | None = None, n_top: tuple[int, int] = (5, 5),
                     head: str = "original"):
-        return cls(ElectraConfig.from_dict(config), num_labels=int(num_labels or 2), task_name=hf_format.XLNET_TASK)
+        return cls(ElectraConfig.from_dict(config), num_labels=int(num_labels or 2), task_name=hf_format.HF_TASK_NAME)
 
     @classmethod
     def from_settings(cls, *, num_labels: int | None = None, size: str | None = None, config_file: str | None = None,
@@ -287,7 +287,7 @@ class XLNetTagger(TaggerModel):
     @classmethod
     def from_config(cls, config: dict, *, num_labels: int | None = None, n_top: tuple[int, int] = (5, 5),
                     head: str = "original"):
-        return cls(XLNetConfig(**config), num_labels=int(num_labels or 2), task_name=hf_format.XLNET_TASK)
+        return cls(XLNetConfig(**config), num_labels=int(num_labels or 2), task_name=hf_format.HF_TASK_NAME)
 
     @classmethod
     def from_settings(cls, *, num_labels: int | None = None, size: str | None = None, config_file: str | None = None,

@@ -156,8 +156,9 @@ class EncoderFinetuneModel(FinetuneModel):
         """The encoder (with `init_head` the head too) by the originals' names. `head_may_stay`: a head in
         the file that is not loaded is no error (an HF classifier fine-tuned anew); `absent`: patterns of the
         encoder's names the file's architecture does not hold (they stay fresh: BERT's pooler)."""
-        encoder = {n: v for n, v in self.encoder_tf1_variable_map().items() if not any(re.search(p, n) for p in absent)}
-        head = {n: v for n, v in self.tf1_variable_map().items() if n not in encoder}
+        full = self.encoder_tf1_variable_map()
+        encoder = {n: v for n, v in full.items() if not any(re.search(p, n) for p in absent)}
+        head = {n: v for n, v in self.tf1_variable_map().items() if n not in full}
         unused_head = tuple(f"^{re.escape(n)}$" for n in head) + (f"^{hf_format.HF_ONLY_SCOPE}/",) \
             if head_may_stay and not init_head else ()
         return load_tf1_checkpoint(path, {**encoder, **(head if init_head else {})},

@@ -567,7 +567,7 @@ class XLNetClassifier(ClassifierModel):
     @classmethod
     def from_config(cls, config: dict, *, num_labels: int | None = None, n_top: tuple[int, int] = (5, 5),
                     head: str = "original"):
-        return cls(XLNetConfig(**config), num_labels=int(num_labels or 2), task_name=hf_format.XLNET_TASK)
+        return cls(XLNetConfig(**config), num_labels=int(num_labels or 2), task_name=hf_format.HF_TASK_NAME)
 
     @classmethod
     def from_settings(cls, *, num_labels: int | None = None, task_type: str | None = None, size: str | None = None,

@@ -526,6 +526,38 @@ def test_token_classification_to_saved_model(arch, tmp_path):
     assert [t.decode() for t in words["tags"].numpy()[0]] == [TAGS[i] for i in tag_ids.numpy()[0, 1:4]]
 
 
+@pytest.mark.parametrize("arch", TOKEN_ARCHS)
+def test_token_classification_init_head(arch):
+    """An HF tagger as init_checkpoint with init_head: encoder and head load (finetune scopes a task-scoped head
+    by hf_format.HF_TASK_NAME then), giving transformers' logits; BERT's absent pooler stays fresh."""
+    from textrain.framework import registry
+    cls = registry.models.get(convert.MODEL_OF_ARCHITECTURE[arch])
+    model = cls.from_settings(config_file=fixture(arch), num_labels=5, task_name=hf_format.HF_TASK_NAME)
+    model.load_init_checkpoint(fixture(arch), init_head=True)
+    x = io(arch)
+    logits = np.asarray(model.predict_outputs(_tagger_features(arch, x))["logits"])
+    real = x["attention_mask"].astype(bool)
+    np.testing.assert_allclose(logits[real], x["out.logits"][real], atol=TOL)
+
+
+def test_finetune_init_head_refuses_other_label_order(tmp_path):
+    """The task's labels (sorted from the data) in another order than the HF head's id2label: one line."""
+    arch = "ElectraForTokenClassification"
+    conll = "w1 B-PER\nw2 I-PER\nw3 O\nw4 B-LOC\nw5 I-LOC\n"
+    (tmp_path / "train.conll").write_text(conll * 4)
+    hp = {"train_file": str(tmp_path / "train.conll"), "dev_file": str(tmp_path / "train.conll"), "doc_stride": 3}
+    params = ["finetune.model='electra_tagger'", f"finetune.problem_hparams={hp!r}", f"finetune.data_dir='{tmp_path / 'd'}'",
+              f"finetune.model_dir='{tmp_path / 'run'}'", f"finetune.vocab_file='{os.path.join(fixture(arch), 'vocab.txt')}'",
+              f"finetune.init_checkpoint='{fixture(arch)}'", "finetune.init_head=True", "finetune.max_seq_length=8",
+              "finetune.num_train_steps=1"]
+    proc = _run_cli("textrain.trainers.finetune", "--gin_file=tagging.gin", *[f"--gin_param={p}" for p in params])
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"textrain-finetune: error: finetune.init_head: {fixture(arch)}/config.json's id2label (O, B-PER, I-PER, B-LOC, "
+        f"I-LOC) is not the task's label order (B-LOC, B-PER, I-LOC, I-PER, O): its head's rows would score other labels")
+    assert not (tmp_path / "run").exists()
+
+
 # transformers' logits of an HF directory, where a venv with torch and transformers is named (tests/data/hf/
 # make_fixtures.py's): `TEXTRAIN_HF_PYTHON=/tmp/hf-venv/bin/python`.
 HF_LOGITS_SCRIPT = """

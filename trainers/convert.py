@@ -211,11 +211,11 @@ def _architecture_of_names(names: set[str]) -> str:
         return "ElectraForPreTraining"
     if "start_logits/dense/kernel" in names:
         return "XLNetForQuestionAnswering"
-    if f"model/classification_{hf_format.XLNET_TASK}/logit/kernel" in names:
+    if f"model/classification_{hf_format.HF_TASK_NAME}/logit/kernel" in names:
         return "XLNetForSequenceClassification"
-    if f"model/tagging_{hf_format.XLNET_TASK}/logit/kernel" in names:
+    if f"model/tagging_{hf_format.HF_TASK_NAME}/logit/kernel" in names:
         return "XLNetForTokenClassification"
-    if f"task_specific/{hf_format.XLNET_TASK}/dense/kernel" in names:
+    if f"task_specific/{hf_format.HF_TASK_NAME}/dense/kernel" in names:
         return "ElectraForTokenClassification"
     if "model/transformer/word_embedding/lookup_table" in names:
         return "XLNetLMHeadModel" if "model/lm_loss/bias" in names else "XLNetModel"
@@ -244,10 +244,10 @@ def read_tf1(path: str, config_file: str | None, vocab_file: str | None, model_n
     head = {"BertForSequenceClassification": ("output_weights", 0),
             "ElectraForSequenceClassification": (f"{hf_format.HF_ONLY_HEADS['ElectraForSequenceClassification']}"
                                                  f"/kernel", 1),
-            "XLNetForSequenceClassification": (f"model/classification_{hf_format.XLNET_TASK}/logit/kernel", 1),
+            "XLNetForSequenceClassification": (f"model/classification_{hf_format.HF_TASK_NAME}/logit/kernel", 1),
             "BertForTokenClassification": ("output_weights", 0),
-            "ElectraForTokenClassification": (f"task_specific/{hf_format.XLNET_TASK}/dense/kernel", 1),
-            "XLNetForTokenClassification": (f"model/tagging_{hf_format.XLNET_TASK}/logit/kernel", 1)}
+            "ElectraForTokenClassification": (f"task_specific/{hf_format.HF_TASK_NAME}/dense/kernel", 1),
+            "XLNetForTokenClassification": (f"model/tagging_{hf_format.HF_TASK_NAME}/logit/kernel", 1)}
     labels = int(values[head[architecture][0]].shape[head[architecture][1]]) if architecture in head else None
     files = {"vocab.txt": vocab_file} if vocab_file else {}
     return Exchange(architecture, _read_json(config_file, MODEL_OF_ARCHITECTURE[architecture]), values, labels, files)
