@@ -52,7 +52,10 @@ def setting(default, text: str):
 
 
 @dataclasses.dataclass
-class ClassificationHParams:
+class TokenizerHParams:
+    """The pretrained model's tokenizer and the record length: the settings every fine-tuning task made from
+    text shares (framework.tasks.pretrained_encoder reads them)."""
+
     tokenizer: str = setting("wordpiece", "Fine-tuning tasks: wordpiece (BERT, ELECTRA: --vocab_file, "
                                           "--do_lower_case) | sentencepiece (XLNet: --sp_model, --uncased).")
     vocab_file: str = setting("", "WordPiece vocab.txt of the PRETRAINED model (required for wordpiece).")
@@ -61,6 +64,10 @@ class ClassificationHParams:
     uncased: bool = setting(False, "SentencePiece: lower-case the text (uncased XLNet models).")
     max_seq_length: int = setting(128, "Tokens per example, special tokens included.")
     on_bad_utf8: str = setting("error", "Input bytes that are not UTF-8: error | replace | skip")
+
+
+@dataclasses.dataclass
+class ClassificationHParams(TokenizerHParams):
     on_bad_row: str = setting("error", "Fine-tuning tasks: a TSV row with a wrong column count: error | skip "
                                        "(GLUE's QQP train.tsv has a few such rows: a question split by a newline).")
 

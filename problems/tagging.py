@@ -50,6 +50,7 @@ from textrain.framework.problem import DatasetSplit
 from textrain.framework.registry import register_problem
 from textrain.framework.settings import help_text
 from textrain.framework.tasks import FinetuneTask, tokenizer_file
+from textrain.problems.classification import TokenizerHParams
 from textrain.problems.layouts import bert_layout, xlnet_layout
 from textrain.problems.squad import doc_windows, is_max_context
 
@@ -64,23 +65,18 @@ def setting(default, text: str, **kw):
 
 
 @dataclasses.dataclass
-class TaggingHParams:
+class TaggingHParams(TokenizerHParams):
     train_file: str = setting("", "tagging: train file, CoNLL columns or JSON Lines {tokens, tags} (by its name).")
-    dev_file: str = setting("", "tagging: dev file (evaluated; predict_dev.conll).")
-    test_file: str = setting("", "tagging: test file (optional, labelled; predicted).")
-    label_column: str = setting("", "tagging CoNLL files: 0-based index of the label column (empty: the last).")
+    dev_file: str = setting("", "tsv_classification: dev TSV (optional); tagging: dev file (evaluated; "
+                                  "predict_dev.conll).")
+    test_file: str = setting("", "tsv_classification: test TSV (optional; the label column may be "
+                                   "absent); tagging: test file (optional, labelled; predicted).")
+    label_column: str = setting("", "tsv_classification: label column (name, or 0-based index); tagging: "
+                                      "the CoNLL label column's 0-based index (empty: the last).")
     scheme: str = setting("bio", "tagging: tag scheme checked on every file: bio | iob1 (CoNLL-2003's original "
                                  "files) | iobes | none.", choices=SCHEMES)
     doc_stride: int = setting(64, "tagging: sub-tokens between the starts of two windows over a long sentence.",
                               low=1)
-    tokenizer: str = setting("wordpiece", "Fine-tuning tasks: wordpiece (BERT, ELECTRA: --vocab_file, "
-                                          "--do_lower_case) | sentencepiece (XLNet: --sp_model, --uncased).")
-    vocab_file: str = setting("", "WordPiece vocab.txt of the PRETRAINED model (required for wordpiece).")
-    do_lower_case: bool = setting(True, "WordPiece: lower-case and strip accents (uncased models).")
-    sp_model: str = setting("", "SentencePiece model of the PRETRAINED XLNet (required for sentencepiece).")
-    uncased: bool = setting(False, "SentencePiece: lower-case the text (uncased XLNet models).")
-    max_seq_length: int = setting(128, "Tokens per example, special tokens included.")
-    on_bad_utf8: str = setting("error", "Input bytes that are not UTF-8: error | replace | skip")
 
 
 class Sentence(NamedTuple):

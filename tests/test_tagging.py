@@ -394,10 +394,16 @@ def test_electra_and_xlnet_taggers_through_finetune(tmp_path, vocab, family):
              f"--gin_param=finetune.problem_hparams={{'train_file': '{train}', 'dev_file': '{dev}', 'doc_stride': 3}}",
              f"--gin_param=finetune.data_dir='{tmp_path / 'data'}'", f"--gin_param=finetune.model_dir='{run}'",
              "--gin_param=finetune.max_seq_length=8", "--gin_param=finetune.num_train_steps=4",
-             "--gin_param=finetune.train_batch_size=8", "--gin_param=finetune.learning_rate=1e-3")
+             "--gin_param=finetune.train_batch_size=8", "--gin_param=finetune.learning_rate=1e-3",
+             f"--gin_param=finetune.export={family == 'electra'}")
     assert r.returncode == 0, r.stderr[-3000:]
     results = json.load(open(os.path.join(run, "eval_results.json")))["dev"][-1]
     assert 0 <= results["f1"] <= 1 and 0 <= results["token_accuracy"] <= 1
     rows = [b.splitlines() for b in open(os.path.join(run, "predict_dev.conll"), encoding="utf-8").read().split("\n\n")
             if b.strip()]
     assert [[line.split()[0] for line in b] for b in rows] == [w for w, _ in dev_sentences]
+    if family == "electra":  # ELECTRA serves raw text as BERT does: the same tags as predict_dev.conll
+        served = tf.saved_model.load(os.path.join(run, "export")).signatures["serve_text"](
+            text=tf.constant([" ".join(w) for w, _ in dev_sentences]))
+        for i, block in enumerate(rows):
+            assert [t.decode() for t in served["tags"].numpy()[i, :len(block)]] == [line.split()[2] for line in block]
