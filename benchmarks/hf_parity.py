@@ -85,7 +85,7 @@ def check_fixtures() -> None:
     exported = os.path.join(FLAGS.out, "exported")
     for arch in sorted(os.listdir(FLAGS.fixtures)):
         source = os.path.join(FLAGS.fixtures, arch)
-        if not hf_format.is_hf_directory(source) or arch in hf_format.UNLIKE_ORIGINAL or arch == "ElectraForMaskedLM":
+        if not hf_format.is_hf_directory(source) or arch == "ElectraForMaskedLM":
             continue
         electra = arch == "ElectraForPreTraining"
         textrain_dir = os.path.join(FLAGS.out, "textrain", arch)

@@ -96,9 +96,10 @@ class TrainableModel(tf.keras.Model):
 
     @classmethod
     def from_config(cls, config: dict[str, Any], *, num_labels: int | None = None,
-                    n_top: tuple[int, int] = (5, 5)) -> "TrainableModel":
+                    n_top: tuple[int, int] = (5, 5), head: str = "original") -> "TrainableModel":
         """The model of an original / Hugging Face config dict (textrain-convert: trainers/convert.py);
-        `num_labels` for a classifier's head, `n_top` for XLNet's SQuAD head."""
+        `num_labels` for a classifier's head, `n_top` for XLNet's SQuAD head, `head` the head variant
+        (ELECTRA's heads: "hf" is transformers'; a model with one head has only "original")."""
         raise NotImplementedError(f"{cls.__name__} cannot be built from an original config")
 
 

@@ -317,7 +317,8 @@ class BertPretrainer(TrainableModel):
         self.build(None)
 
     @classmethod
-    def from_config(cls, config: dict, *, num_labels: int | None = None, n_top: tuple[int, int] = (5, 5)):
+    def from_config(cls, config: dict, *, num_labels: int | None = None, n_top: tuple[int, int] = (5, 5),
+                    head: str = "original"):
         return cls(BertConfig.from_dict(config))
 
     @classmethod
@@ -429,7 +430,8 @@ class BertClassifier(ClassifierModel):
         return self.load_init_checkpoint(path)
 
     @classmethod
-    def from_config(cls, config: dict, *, num_labels: int | None = None, n_top: tuple[int, int] = (5, 5)):
+    def from_config(cls, config: dict, *, num_labels: int | None = None, n_top: tuple[int, int] = (5, 5),
+                    head: str = "original"):
         return cls(BertConfig.from_dict(config), num_labels=int(num_labels or 2))
 
     @classmethod

@@ -383,7 +383,8 @@ class ElectraPretrainer(TrainableModel):
         self._build_variables()
 
     @classmethod
-    def from_config(cls, config: dict, *, num_labels: int | None = None, n_top: tuple[int, int] = (5, 5)):
+    def from_config(cls, config: dict, *, num_labels: int | None = None, n_top: tuple[int, int] = (5, 5),
+                    head: str = "original"):
         return cls(ElectraConfig.from_dict(config))
 
     @classmethod
@@ -540,6 +541,25 @@ def evaluate(model: ElectraPretrainer, dataset: tf.data.Dataset, num_batches: in
 # =============================================================================================== #
 # Fine-tuning
 # =============================================================================================== #
+# The fine-tuning heads' variants: "original" (google-research/electra's, the default) or "hf" (transformers'
+# Electra*: what an HF checkpoint with a fine-tuned head holds). An HF directory's architecture names its variant.
+HEADS = ("original", "hf")
+
+
+def check_head(head: str) -> str:
+    if head not in HEADS:
+        raise ValueError(f"head={head!r}: use one of {', '.join(HEADS)}")
+    return head
+
+
+@dataclasses.dataclass
+class ElectraHeadSettings:
+    """The trainer flag (and finetune.model_settings key) of the ELECTRA fine-tuning heads."""
+
+    head: str | None = model_setting("ELECTRA fine-tuning head: original (default) | hf (transformers' "
+                                     "ElectraForSequenceClassification / ElectraForQuestionAnswering head).")
+
+
 @register_model(name="electra_classifier")
 class ElectraClassifier(ClassifierModel):
     """The discriminator with ELECTRA's sequence-level head (finetune/classification/classification_tasks.py).
@@ -549,8 +569,13 @@ class ElectraClassifier(ClassifierModel):
     0.1 (hard-coded `keep_prob=0.9` there) in training, then one dense to `num_labels` with tf.layers'
     default Glorot-uniform kernel, under `task_specific/{task_name}/dense` (run_finetuning.py's scope).
     Regression is the same dense with one unit (squared error), as its RegressionTask.
+
+    `head="hf"`: transformers' ElectraClassificationHead instead: [CLS] state -> dropout -> dense(hidden)
+    -> exact gelu -> dropout -> dense(num_labels) (`classifier_dense`, `out_proj`; HF `classifier.dense`,
+    `classifier.out_proj`), dropout the encoder's hidden_dropout_prob as HF's default.
     """
 
+    Settings = ElectraHeadSettings
     serves_raw_text = True  # WordPiece: tokenised in the serving graph (trainers/export.py)
 
     encoder_attribute = "discriminator"
@@ -559,15 +584,24 @@ class ElectraClassifier(ClassifierModel):
     HEAD_DROPOUT = 0.1
 
     def __init__(self, config: ElectraConfig, num_labels: int = 2, task_type: str = "classification",
-                 task_name: str = "task", name: str = "electra_classifier", **kwargs):
+                 task_name: str = "task", head: str = "original", name: str = "electra_classifier", **kwargs):
         super().__init__(num_labels, task_type, name=name, **kwargs)
         self.config = config
         self.task_name = task_name or "task"
+        self.head_variant = check_head(head)
         self.discriminator = encoder_from_config(config.discriminator_config(), name="discriminator")
-        self.head_dropout = tf.keras.layers.Dropout(self.HEAD_DROPOUT)
-        self.dense = Dense(num_labels, name="dense")
         ids = tf.zeros([1, 2], tf.int32)
-        self.dense(self.discriminator(ids, tf.ones([1, 2], tf.int32), ids)[:, 0])  # create every variable now
+        cls = self.discriminator(ids, tf.ones([1, 2], tf.int32), ids)[:, 0]
+        if head == "hf":
+            self.head_dropout = tf.keras.layers.Dropout(config.hidden_dropout_prob)
+            self.classifier_dense = Dense(config.hidden_size, activation=get_activation("gelu_exact"),
+                                          name="classifier_dense")
+            self.out_proj = Dense(num_labels, name="out_proj")
+            self.out_proj(self.classifier_dense(cls))  # create every variable now
+        else:
+            self.head_dropout = tf.keras.layers.Dropout(self.HEAD_DROPOUT)
+            self.dense = Dense(num_labels, name="dense")
+            self.dense(cls)
 
     @property
     def num_layers(self) -> int:
@@ -576,28 +610,43 @@ class ElectraClassifier(ClassifierModel):
     def logits(self, features: dict[str, tf.Tensor], training: bool = False) -> tf.Tensor:
         hidden = self.discriminator(features["input_ids"], features.get("input_mask"), features.get("segment_ids"),
                                     training=training)
-        return tf.cast(self.dense(self.head_dropout(hidden[:, 0], training=training)), tf.float32)
+        x = self.head_dropout(hidden[:, 0], training=training)
+        if self.head_variant == "hf":
+            x = self.out_proj(self.head_dropout(self.classifier_dense(x), training=training))
+        else:
+            x = self.dense(x)
+        return tf.cast(x, tf.float32)
 
     def encoder_tf1_variable_map(self) -> dict[str, tf.Variable]:
         return self.discriminator.tf1_variable_map("electra")
 
     def head_tf1_variable_map(self) -> dict[str, tf.Variable]:
+        if self.head_variant == "hf":  # models/hf_format.py's names of ElectraForSequenceClassification's head
+            scope = f"{hf_format.HF_ONLY_SCOPE}/classifier"
+            return {**dense_variable_map(f"{scope}/dense", self.classifier_dense),
+                    **dense_variable_map(f"{scope}/out_proj", self.out_proj)}
         return dense_variable_map(f"task_specific/{self.task_name}/dense", self.dense)
+
+    @classmethod
+    def from_config(cls, config: dict, *, num_labels: int | None = None, n_top: tuple[int, int] = (5, 5),
+                    head: str = "original") -> "ElectraClassifier":
+        return cls(ElectraConfig.from_dict(config), num_labels=int(num_labels or 2), head=head)
 
     @classmethod
     def from_settings(cls, *, num_labels: int | None = None, task_type: str | None = None, size: str | None = None,
                       config_file: str | None = None, overrides: dict | None = None,
-                      manifest: dict | None = None, task_name: str | None = None,
+                      manifest: dict | None = None, task_name: str | None = None, head: str | None = None,
                       **_other: Any) -> "ElectraClassifier":
         """The one constructor: a size preset (default small) or a config json, `overrides`; the label
-        count, task type and head scope name default to the data manifest's. Settings of other model
-        families (`_other`) are not ELECTRA's."""
+        count, task type and head scope name default to the data manifest's; `head` the variant (default
+        original). Settings of other model families (`_other`) are not ELECTRA's."""
         task_type = task_type or task_type_from_manifest(manifest)
         num_labels = num_labels_from_manifest(manifest, task_type) if num_labels is None else num_labels
         if task_name is None:
             task_name = str((manifest or {}).get("problem", ""))
         config = config_from_settings(size, config_file, overrides, manifest)
-        return cls(config, num_labels=num_labels, task_type=task_type, task_name=task_name)
+        return cls(config, num_labels=num_labels, task_type=task_type, task_name=task_name,
+                   head=check_head(head or "original"))
 
 
 def config_from_settings(size: str | None, config_file: str | None, overrides: dict | None,

@@ -43,24 +43,32 @@ ARCHITECTURES: dict[str, tuple[str, str]] = {
     "BertForMaskedLM": ("bert", "masked_lm"),
     "BertForSequenceClassification": ("bert", "classification"),
     "BertForQuestionAnswering": ("bert", "question_answering"),
+    "BertForTokenClassification": ("bert", "token_classification"),
     "ElectraForPreTraining": ("electra", "discriminator"),
     "ElectraForMaskedLM": ("electra", "generator"),
     "ElectraForSequenceClassification": ("electra", "classification"),
     "ElectraForQuestionAnswering": ("electra", "question_answering"),
+    "ElectraForTokenClassification": ("electra", "token_classification"),
     "XLNetModel": ("xlnet", "encoder"),
     "XLNetLMHeadModel": ("xlnet", "lm"),
     "XLNetForSequenceClassification": ("xlnet", "classification"),
     "XLNetForQuestionAnswering": ("xlnet", "question_answering"),
+    "XLNetForTokenClassification": ("xlnet", "token_classification"),
 }
-# HF heads that are not the original's: their encoder loads (an init_checkpoint with a fresh head), the
-# head does not: a conversion or `init_head` is refused with this difference.
-UNLIKE_ORIGINAL = {
-    "ElectraForSequenceClassification": "its head is two dense layers on [CLS] (classifier.dense, gelu, "
-                                        "classifier.out_proj) where ELECTRA's original fine-tunes one dense layer",
-    "ElectraForQuestionAnswering": "its head is one linear start/end layer (qa_outputs) where ELECTRA's original "
-                                   "predicts the end from the start (qa_hidden) with an answerable classifier",
-}
-HF_ONLY_SCOPE = "hf_only_head"  # TF1 scope of such heads' tensors (no textrain variable has it)
+# HF heads that are not the original's: the textrain model's `head` variant that holds them (models/electra.py
+# ElectraClassifier: dense, gelu, out_proj on [CLS]; models/qa_heads.py ElectraSquad: one linear start/end
+# layer, where the original predicts the end from the start). Every other architecture holds "original".
+HEAD_VARIANTS = {"ElectraForSequenceClassification": "hf", "ElectraForQuestionAnswering": "hf"}
+# Parts of the textrain model an architecture does not hold (patterns of TF1 names): they stay freshly initialised
+# when it is read, by textrain-convert and as an init_checkpoint. (BertForQuestionAnswering and
+# BertForTokenClassification have no pooler: textrain's span head and tagger keep one they never use.)
+ABSENT_PARTS = {"BertModel": (r"^cls/",), "BertForMaskedLM": (r"^cls/seq_relationship/", r"^bert/pooler/"),
+                "BertForQuestionAnswering": (r"^bert/pooler/",), "BertForTokenClassification": (r"^bert/pooler/",),
+                "XLNetModel": (r"^model/lm_loss/",)}
+HF_ONLY_SCOPE = "hf_only_head"  # TF1 scope of such heads' tensors (no original checkpoint has it)
+# The TF1 name of each such head's last layer: what tells a TF1-layout checkpoint's architecture.
+HF_ONLY_HEADS = {"ElectraForSequenceClassification": f"{HF_ONLY_SCOPE}/classifier/out_proj",
+                 "ElectraForQuestionAnswering": f"{HF_ONLY_SCOPE}/qa_outputs"}
 
 
 class HFFormatError(UserError, ValueError):
@@ -271,7 +279,9 @@ def _xlnet(hf: str, layers: int) -> list[Row]:
     return rows
 
 
-XLNET_TASK = "task"  # the task name in the TF1 names of XLNet's classifier head (textrain's default)
+# The task name in the TF1 names of heads scoped by task (XLNet's classifier and tagger, ELECTRA's tagger) when
+# they come from or go to an HF directory (textrain's default).
+HF_TASK_NAME = "task"
 
 
 def name_table(architecture: str, config: dict[str, Any]) -> list[tuple[str, str, bool | int]]:
@@ -291,6 +301,8 @@ def name_table(architecture: str, config: dict[str, Any]) -> list[tuple[str, str
         rows = _bert_encoder("bert.", "bert", layers) + [Row("classifier", "", "matrix")]
     elif architecture == "BertForQuestionAnswering":
         rows = _bert_encoder("bert.", "bert", layers, pooler=False) + [Row("qa_outputs", "cls/squad", "matrix")]
+    elif architecture == "BertForTokenClassification":  # models/tagging_heads.py: the classifier's names
+        rows = _bert_encoder("bert.", "bert", layers, pooler=False) + [Row("classifier", "", "matrix")]
     elif architecture == "ElectraForPreTraining":
         rows = _electra(config) + [
             Row("discriminator_predictions.dense", "discriminator_predictions/dense", "linear"),
@@ -305,6 +317,8 @@ def name_table(architecture: str, config: dict[str, Any]) -> list[tuple[str, str
                                    for p in ("dense", "out_proj")]
     elif architecture == "ElectraForQuestionAnswering":
         rows = _electra(config) + [Row("qa_outputs", f"{HF_ONLY_SCOPE}/qa_outputs", "linear")]
+    elif architecture == "ElectraForTokenClassification":
+        rows = _electra(config) + [Row("classifier", f"task_specific/{HF_TASK_NAME}/dense", "linear")]
     else:
         raise HFFormatError(f"architecture {architecture} is not one textrain converts; known: {', '.join(ARCHITECTURES)}")
     return [(h, t.lstrip("/"), tr) for row in rows for h, t, tr in row.pairs()]
@@ -318,7 +332,7 @@ def _xlnet_table(architecture: str, layers: int) -> list[tuple[str, str, bool | 
     elif architecture == "XLNetForSequenceClassification":
         rows = _xlnet("transformer.", layers) + [
             Row("sequence_summary.summary", "model/sequnece_summary/summary", "linear"),  # the original's spelling
-            Row("logits_proj", f"model/classification_{XLNET_TASK}/logit", "linear")]
+            Row("logits_proj", f"model/classification_{HF_TASK_NAME}/logit", "linear")]
     elif architecture == "XLNetForQuestionAnswering":
         rows = _xlnet("transformer.", layers) + [
             Row("start_logits.dense", "start_logits/dense", "linear"),
@@ -327,6 +341,8 @@ def _xlnet_table(architecture: str, layers: int) -> list[tuple[str, str, bool | 
             Row("end_logits.dense_1", "end_logits/dense_1", "linear"),
             Row("answer_class.dense_0", "answer_class/dense_0", "linear"),
             Row("answer_class.dense_1", "answer_class/dense_1", "linear_no_bias")]
+    elif architecture == "XLNetForTokenClassification":
+        rows = _xlnet("transformer.", layers) + [Row("classifier", f"model/tagging_{HF_TASK_NAME}/logit", "linear")]
     else:
         raise HFFormatError(f"architecture {architecture} is not one textrain converts; known: {', '.join(ARCHITECTURES)}")
     return [pair for row in rows for pair in row.pairs()]
@@ -545,6 +561,64 @@ def check_vocabulary(path: str, embedding_rows: int) -> None:
     if size is not None and size != embedding_rows:
         raise HFFormatError(f"{path}: the vocabulary has {size} entries but the word embedding has "
                             f"{embedding_rows} rows (vocabulary of another model?)")
+
+
+_SIZE_UNITS = {"GIB": 2 ** 30, "MIB": 2 ** 20, "KIB": 2 ** 10, "GB": 10 ** 9, "MB": 10 ** 6, "KB": 10 ** 3, "B": 1}
+
+
+def parse_shard_size(value: str | int, flag: str = "--max_shard_size") -> int:
+    """Bytes of a size as `save_pretrained`'s max_shard_size takes it: an integer, or a number with
+    GB / MB / KB (powers of 10) or GiB / MiB / KiB (powers of 2)."""
+    text = str(value).strip()
+    upper = text.upper()
+    for unit, factor in _SIZE_UNITS.items():
+        if upper.endswith(unit):
+            number, scale = upper[:-len(unit)].strip(), factor
+            break
+    else:
+        number, scale = upper, 1
+    try:
+        size = int(float(number) * scale)
+    except ValueError:
+        size = 0
+    if size <= 0:
+        raise HFFormatError(f"{flag}={text}: expected a positive size such as 500MB, 2GB, 1GiB or a number of bytes")
+    return size
+
+
+def shard_names(tensors: dict[str, np.ndarray], max_shard_size: int) -> list[list[str]]:
+    """The tensors' names in shards of at most `max_shard_size` bytes, in their order (as save_pretrained:
+    a tensor larger than the limit gets a shard of its own)."""
+    shards: list[list[str]] = [[]]
+    size = 0
+    for name, value in tensors.items():
+        nbytes = int(np.asarray(value).size) * 4  # written as float32
+        if shards[-1] and size + nbytes > max_shard_size:
+            shards.append([])
+            size = 0
+        shards[-1].append(name)
+        size += nbytes
+    return shards
+
+
+def write_weights(directory: str, tensors: dict[str, np.ndarray], max_shard_size: int | None = None) -> list[str]:
+    """`model.safetensors`, or with `max_shard_size` (bytes) and more than one shard's worth the shards
+    `model-0000i-of-0000n.safetensors` and `model.safetensors.index.json`; returns the files written."""
+    shards = shard_names(tensors, max_shard_size) if max_shard_size else [list(tensors)]
+    if len(shards) == 1:
+        write_safetensors(os.path.join(directory, WEIGHTS), tensors)
+        return [WEIGHTS]
+    files, weight_map = [], {}
+    for i, names in enumerate(shards, 1):
+        file = f"model-{i:05d}-of-{len(shards):05d}.safetensors"
+        write_safetensors(os.path.join(directory, file), {n: tensors[n] for n in names})
+        weight_map.update({n: file for n in names})
+        files.append(file)
+    total = sum(int(np.asarray(v).size) * 4 for v in tensors.values())
+    with open(os.path.join(directory, WEIGHTS_INDEX), "w", encoding="utf-8") as f:
+        json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2, sort_keys=True)
+        f.write("\n")
+    return files + [WEIGHTS_INDEX]
 
 
 def write_safetensors(path: str, tensors: dict[str, np.ndarray]) -> None:

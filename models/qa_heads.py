@@ -41,6 +41,7 @@ from textrain.framework.encoders import XLNET_SPECIAL_IDS
 from textrain.framework.registry import register_model
 from textrain.models import bert as bert_lib
 from textrain.models import electra as electra_lib
+from textrain.models import hf_format
 from textrain.models import xlnet as xlnet_lib
 from textrain.models.base import StepOutput, Term
 from textrain.models.bert import BertConfig, BertModel, TransposedDense, encoder_from_config, resolve_config
@@ -185,7 +186,8 @@ class BertSquad(QAModel):
         return names
 
     @classmethod
-    def from_config(cls, config: dict, *, num_labels: int | None = None, n_top: tuple[int, int] = (5, 5)):
+    def from_config(cls, config: dict, *, num_labels: int | None = None, n_top: tuple[int, int] = (5, 5),
+                    head: str = "original"):
         return cls(BertConfig.from_dict(config))
 
     @classmethod
@@ -198,21 +200,33 @@ class BertSquad(QAModel):
 # =============================================================================================== #
 @register_model(name="electra_squad")
 class ElectraSquad(QAModel):
-    """ELECTRA's discriminator + its QA head (joint start/end prediction, answerable classifier for v2)."""
+    """ELECTRA's discriminator + its QA head (joint start/end prediction, answerable classifier for v2).
 
+    `head="hf"`: transformers' ElectraForQuestionAnswering head instead: one linear layer (`qa_outputs`)
+    gives start and end logits per token, as bert_squad's (BERT's n-best, v2 by the [CLS] null score).
+    """
+
+    Settings = electra_lib.ElectraHeadSettings
     encoder_attribute = "discriminator"  # as in the pretrainer: textrain checkpoints load by this path
     init_allow_unexpected = (r"^generator/", r"^generator_predictions/", r"^discriminator_predictions/")
 
     def __init__(self, config: ElectraConfig, with_negative: bool = False, beam_size: int = 20,
-                 answerable_weight: float = 0.5, name: str = "electra_squad", **kwargs):
+                 answerable_weight: float = 0.5, head: str = "original", name: str = "electra_squad", **kwargs):
         super().__init__(name=name, **kwargs)
         self.config = config
         self.with_negative = with_negative
         self.beam_size = beam_size
         self.answerable_weight = answerable_weight
+        self.head_variant = electra_lib.check_head(head)
         self.scope = "task_specific/squad" if with_negative else "task_specific/squadv1"
         disc = config.discriminator_config()
         self.discriminator = encoder_from_config(disc, name="discriminator")
+        if head == "hf":
+            self.qa_outputs = Dense(2, name="qa_outputs")
+            ids = tf.zeros([1, 2], tf.int32)
+            self.qa_outputs(self.discriminator(ids, tf.ones([1, 2], tf.int32), ids))
+            self.built = True
+            return
         gelu = get_activation("gelu_exact")
         self.start_dense = Dense(1, name="dense")
         self.qa_hidden = Dense(512, activation=gelu, name="qa_hidden")
@@ -263,17 +277,26 @@ class ElectraSquad(QAModel):
             out["answerable_logit"] = tf.squeeze(self.answerable_dense(self.answerable_hidden(pooled)), -1)
         return out
 
+    def _linear(self, features, training: bool) -> dict[str, tf.Tensor]:
+        """The hf head: start and end logits of every token, unmasked (as transformers')."""
+        logits = _f32(self.qa_outputs(self.discriminator(*bert_like_inputs(features), training=training)))
+        return {"start_logits": logits[..., 0], "end_logits": logits[..., 1]}
+
     def call(self, features, training: bool = False) -> dict[str, tf.Tensor]:
+        if self.head_variant == "hf":
+            return self._linear(features, training)
         return self._forward(features, training, beams=False)
 
     def step_output(self, features, state, training) -> StepOutput:
-        out = self._forward(features, training, beams=False)
+        out = self(features, training=training)
         losses, metrics = span_terms(out["start_logits"], out["end_logits"], features)
-        if self.with_negative:
+        if self.with_negative and self.head_variant != "hf":
             losses["answerable"] = answer_class_term(out["answerable_logit"], features, self.answerable_weight)
         return StepOutput(losses, metrics, state if state is not None else {})
 
     def predict_outputs(self, features) -> dict[str, tf.Tensor]:
+        if self.head_variant == "hf":
+            return {**_unique_ids(features), **self._linear(features, False)}
         features = {k: v for k, v in features.items() if k != "start_positions"}
         out = self._forward(features, False, beams=True)
         keep = ("start_top_log_probs", "start_top_index", "end_top_log_probs", "end_top_index",
@@ -282,7 +305,9 @@ class ElectraSquad(QAModel):
 
     def tf1_variable_map(self, include_head: bool = True) -> dict[str, tf.Variable]:
         names = self.discriminator.tf1_variable_map("electra")
-        if include_head:
+        if include_head and self.head_variant == "hf":  # models/hf_format.py's name of ElectraForQuestionAnswering's head
+            names.update(dense_variable_map(f"{hf_format.HF_ONLY_SCOPE}/qa_outputs", self.qa_outputs))
+        elif include_head:
             layers = [self.start_dense, self.qa_hidden, self.end_dense]
             if self.with_negative:
                 layers += [self.answerable_hidden, self.answerable_dense]
@@ -291,10 +316,17 @@ class ElectraSquad(QAModel):
         return names
 
     @classmethod
-    def from_settings(cls, *, size=None, config_file=None, overrides=None, manifest=None, **_) -> "ElectraSquad":
-        """v2 (answerable classifier) when the data was made with negatives (squad_v2)."""
+    def from_config(cls, config: dict, *, num_labels: int | None = None, n_top: tuple[int, int] = (5, 5),
+                    head: str = "original") -> "ElectraSquad":
+        return cls(ElectraConfig.from_dict(config), head=head)
+
+    @classmethod
+    def from_settings(cls, *, size=None, config_file=None, overrides=None, manifest=None, head=None,
+                      **_) -> "ElectraSquad":
+        """v2 (answerable classifier; with head="hf" the null score) when the data was made with negatives
+        (squad_v2); `head` the variant (default original)."""
         config = electra_lib.config_from_settings(size, config_file, overrides, manifest)
-        return cls(config, with_negative=_with_negative(manifest))
+        return cls(config, with_negative=_with_negative(manifest), head=head or "original")
 
 
 # =============================================================================================== #
@@ -408,7 +440,8 @@ class XLNetSquad(QAModel):
                 "cls_index": tf.argmax(tf.cast(cls, tf.int32), axis=-1, output_type=tf.int32)}
 
     @classmethod
-    def from_config(cls, config: dict, *, num_labels: int | None = None, n_top: tuple[int, int] = (5, 5)):
+    def from_config(cls, config: dict, *, num_labels: int | None = None, n_top: tuple[int, int] = (5, 5),
+                    head: str = "original"):
         return cls(XLNetConfig(**config), start_n_top=n_top[0], end_n_top=n_top[1])
 
     @classmethod

@@ -169,7 +169,8 @@ class BertTagger(TaggerModel):
         return self.classifier.tf1_variable_map("")
 
     @classmethod
-    def from_config(cls, config: dict, *, num_labels: int | None = None, n_top: tuple[int, int] = (5, 5)):
+    def from_config(cls, config: dict, *, num_labels: int | None = None, n_top: tuple[int, int] = (5, 5),
+                    head: str = "original"):
         return cls(BertConfig.from_dict(config), num_labels=int(num_labels or 2))
 
     @classmethod
@@ -220,8 +221,9 @@ class ElectraTagger(TaggerModel):
         return dense_variable_map(f"task_specific/{self.task_name}/dense", self.dense)
 
     @classmethod
-    def from_config(cls, config: dict, *, num_labels: int | None = None, n_top: tuple[int, int] = (5, 5)):
-        return cls(ElectraConfig.from_dict(config), num_labels=int(num_labels or 2))
+    def from_config(cls, config: dict, *, num_labels: int | None = None, n_top: tuple[int, int] = (5, 5),
+                    head: str = "original"):
+        return cls(ElectraConfig.from_dict(config), num_labels=int(num_labels or 2), task_name=hf_format.HF_TASK_NAME)
 
     @classmethod
     def from_settings(cls, *, num_labels: int | None = None, size: str | None = None, config_file: str | None = None,
@@ -283,8 +285,9 @@ class XLNetTagger(TaggerModel):
         return {n: backing_variable(v) for n, v in names.items()}
 
     @classmethod
-    def from_config(cls, config: dict, *, num_labels: int | None = None, n_top: tuple[int, int] = (5, 5)):
-        return cls(XLNetConfig(**config), num_labels=int(num_labels or 2), task_name=hf_format.XLNET_TASK)
+    def from_config(cls, config: dict, *, num_labels: int | None = None, n_top: tuple[int, int] = (5, 5),
+                    head: str = "original"):
+        return cls(XLNetConfig(**config), num_labels=int(num_labels or 2), task_name=hf_format.HF_TASK_NAME)
 
     @classmethod
     def from_settings(cls, *, num_labels: int | None = None, size: str | None = None, config_file: str | None = None,

@@ -113,6 +113,7 @@ class EncoderFinetuneModel(FinetuneModel):
 
     encoder_attribute: str = ""
     init_allow_unexpected = ()  # each head names the pretraining scopes of its family's releases
+    head_variant: str = "original"  # the `head` setting (ELECTRA's heads may be "hf", transformers'): an instance sets its own
 
     def encoder_tf1_variable_map(self) -> dict[str, tf.Variable]:
         raise NotImplementedError
@@ -126,10 +127,14 @@ class EncoderFinetuneModel(FinetuneModel):
         """
         if hf_format.is_hf_directory(path):
             architecture = hf_format.architecture_of(hf_format.read_config(path), path)
-            if init_head and architecture in hf_format.UNLIKE_ORIGINAL:
-                raise hf_format.HFFormatError(f"init_head: {path} is {architecture}, whose head is not loaded: "
-                                              f"{hf_format.UNLIKE_ORIGINAL[architecture]}")
-            return self._load_tf1_names(path, init_head, head_may_stay=True)
+            variant = hf_format.HEAD_VARIANTS.get(architecture, "original")
+            if init_head and variant != self.head_variant:
+                raise hf_format.HFFormatError(
+                    f"init_head: {path} is {architecture}, whose head is the {variant!r} variant; this "
+                    f"{type(self).__name__} has head={self.head_variant!r} (bind finetune.model_settings={{'head': "
+                    f"'{variant}'}}, or leave init_head off for a fresh head)")
+            absent = hf_format.ABSENT_PARTS.get(architecture, ())
+            return self._load_tf1_names(path, init_head, head_may_stay=True, absent=absent)
         if tf.io.gfile.isdir(path):
             path = tf.train.latest_checkpoint(path) or path
         names = [n for n, _ in tf.train.list_variables(path)]
@@ -146,11 +151,14 @@ class EncoderFinetuneModel(FinetuneModel):
             return sorted(v.path for v in encoder.weights)
         return self._load_tf1_names(path, init_head, head_may_stay=False)
 
-    def _load_tf1_names(self, path: str, init_head: bool, head_may_stay: bool) -> list[str]:
+    def _load_tf1_names(self, path: str, init_head: bool, head_may_stay: bool, absent: tuple[str, ...] = ()
+                        ) -> list[str]:
         """The encoder (with `init_head` the head too) by the originals' names. `head_may_stay`: a head in
-        the file that is not loaded is no error (an HF classifier fine-tuned anew)."""
-        encoder = self.encoder_tf1_variable_map()
-        head = {n: v for n, v in self.tf1_variable_map().items() if n not in encoder}
+        the file that is not loaded is no error (an HF classifier fine-tuned anew); `absent`: patterns of the
+        encoder's names the file's architecture does not hold (they stay fresh: BERT's pooler)."""
+        full = self.encoder_tf1_variable_map()
+        encoder = {n: v for n, v in full.items() if not any(re.search(p, n) for p in absent)}
+        head = {n: v for n, v in self.tf1_variable_map().items() if n not in full}
         unused_head = tuple(f"^{re.escape(n)}$" for n in head) + (f"^{hf_format.HF_ONLY_SCOPE}/",) \
             if head_may_stay and not init_head else ()
         return load_tf1_checkpoint(path, {**encoder, **(head if init_head else {})},

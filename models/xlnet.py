@@ -441,7 +441,8 @@ class XLNetPretrainer(TrainableModel):
         self.built = True  # every variable exists now: optimizers and checkpoints need no dummy call
 
     @classmethod
-    def from_config(cls, config: dict, *, num_labels: int | None = None, n_top: tuple[int, int] = (5, 5)):
+    def from_config(cls, config: dict, *, num_labels: int | None = None, n_top: tuple[int, int] = (5, 5),
+                    head: str = "original"):
         return cls(XLNetConfig(**config))
 
     @classmethod
@@ -564,8 +565,9 @@ class XLNetClassifier(ClassifierModel):
         return {n: backing_variable(v) for n, v in names.items()}
 
     @classmethod
-    def from_config(cls, config: dict, *, num_labels: int | None = None, n_top: tuple[int, int] = (5, 5)):
-        return cls(XLNetConfig(**config), num_labels=int(num_labels or 2), task_name=hf_format.XLNET_TASK)
+    def from_config(cls, config: dict, *, num_labels: int | None = None, n_top: tuple[int, int] = (5, 5),
+                    head: str = "original"):
+        return cls(XLNetConfig(**config), num_labels=int(num_labels or 2), task_name=hf_format.HF_TASK_NAME)
 
     @classmethod
     def from_settings(cls, *, num_labels: int | None = None, task_type: str | None = None, size: str | None = None,

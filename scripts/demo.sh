@@ -69,8 +69,11 @@ for text in ["I am sure you will like her very much, my dear.",
     print(f"{out['label'][0].numpy().decode():9s} {out['probabilities'][0].numpy().round(3)}  {text}")
 PY
 
+# From best/, the checkpoint the SavedModel was exported from; with the fine-tuning length and casing, so
+# transformers' tokenizer truncates and lowercases as the model was tuned.
 echo "== 7/7 the fine-tuned model in Hugging Face format (transformers' AutoModelForSequenceClassification loads it)"
-[ -d "$OUT/emma_speech_hf" ] || textrain-convert --from_textrain="$OUT/emma_speech_run" --model=bert_classifier \
+[ -d "$OUT/emma_speech_hf" ] || textrain-convert --from_textrain="$OUT/emma_speech_run/best" --model=bert_classifier \
   --model_size=tiny --labels_file="$OUT/ft_data/tsv_classification/labels.json" \
-  --vocab_file="$OUT/data/bert_pretrain/vocab.txt" --to_hf="$OUT/emma_speech_hf"
+  --vocab_file="$OUT/data/bert_pretrain/vocab.txt" --max_seq_length=64 --do_lower_case \
+  --to_hf="$OUT/emma_speech_hf"
 ls "$OUT/emma_speech_hf"

@@ -28,3 +28,19 @@ def test_demo_runs_every_step_and_classifies_raw_text(tmp_path):
     assert 0.0 <= last["accuracy"] <= 1.0 and last["num_examples"] > 0
     classified = re.findall(r"^(speech|narration) +\[", proc.stdout, flags=re.M)  # the SavedModel's two lines
     assert len(classified) == 2, proc.stdout[-2000:]
+    # The HF directory holds the SavedModel's checkpoint (best/): served back through textrain-convert, it gives
+    # the SavedModel's probabilities on the dev sentences; its tokenizer config has the fine-tuning length.
+    hf = out / "emma_speech_hf"
+    with open(hf / "tokenizer_config.json", encoding="utf-8") as f:
+        assert json.load(f)["model_max_length"] == 64
+    again = tmp_path / "hf_served"
+    subprocess.run(["textrain-convert", f"--from_hf={hf}", f"--to_saved_model={again}", "--max_seq_length=64"],
+                   env=env, check=True, capture_output=True, timeout=600)
+    import tensorflow as tf
+    with open(out / "emma_speech" / "dev.tsv", encoding="utf-8") as f:
+        sentences = [line.split("\t")[0] for line in f.read().splitlines()[1:41]]
+    text = tf.constant(sentences)
+    exported = tf.saved_model.load(str(out / "emma_speech_run" / "export")).signatures["serve_text"](text_a=text)
+    served = tf.saved_model.load(str(again)).signatures["serve_text"](text_a=text)
+    diff = abs(exported["probabilities"].numpy() - served["probabilities"].numpy()).max()
+    assert diff < 1e-5, diff

@@ -4,6 +4,8 @@ transformers' outputs). Needs only safetensors."""
 import json
 import os
 import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -75,19 +77,23 @@ def test_import_matches_transformers(arch):
 def test_to_textrain_then_to_hf_is_exact(arch, tmp_path):
     lines = convert.convert(from_hf=fixture(arch), to_textrain=str(tmp_path / "tr"))
     assert (tmp_path / "tr" / "textrain_model.json").exists() and (tmp_path / "tr" / "vocab.txt").exists()
-    if arch in convert.FRESH:
+    if arch in hf_format.ABSENT_PARTS:
         assert "freshly initialised" in lines[0]
     convert.convert(from_textrain=str(tmp_path / "tr"), to_hf=str(tmp_path / "hf"))
     assert_same_hf(fixture(arch), str(tmp_path / "hf"))
 
 
-def assert_same_hf(want_dir: str, got_dir: str) -> None:
-    want = load_file(os.path.join(want_dir, "model.safetensors"))
-    got = load_file(os.path.join(got_dir, "model.safetensors"))
+def assert_same_tensors(want_dir: str, got_dir: str) -> None:
+    want = hf_format.read_hf_directory(want_dir).tensors
+    got = hf_format.read_hf_directory(got_dir).tensors
     assert sorted(got) == sorted(want)
     for name in want:
         assert got[name].shape == want[name].shape, name
         np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+
+
+def assert_same_hf(want_dir: str, got_dir: str) -> None:
+    assert_same_tensors(want_dir, got_dir)
     want_config = hf_format.read_config(want_dir)
     got_config = hf_format.read_config(got_dir)
     fields = hf_format.BERT_FIELDS + ("architectures", "model_type", "hidden_act", "layer_norm_eps")
@@ -150,6 +156,34 @@ def test_sharded_directory_reads_like_one_file(tmp_path):
 
 
 # ------------------------------------------------------------------------------------ init_checkpoint
+def test_max_shard_size_writes_shards_that_read_back(tmp_path):
+    """--max_shard_size (as save_pretrained's) writes model-0000i-of-0000n.safetensors and the index; they read
+    back to the same tensors, and a size that is not one is one line."""
+    arch = "BertForPreTraining"
+    proc = _run_cli("textrain.trainers.convert", f"--from_hf={fixture(arch)}", f"--to_hf={tmp_path / 'sharded'}",
+                    "--max_shard_size=10KB")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    index = json.load(open(tmp_path / "sharded" / "model.safetensors.index.json"))
+    files = sorted(set(index["weight_map"].values()))
+    assert len(files) >= 3 and files == sorted(p for p in os.listdir(tmp_path / "sharded") if p.startswith("model-"))
+    assert files[0] == f"model-00001-of-{len(files):05d}.safetensors"
+    assert not (tmp_path / "sharded" / "model.safetensors").exists()
+    for file in files:
+        assert os.path.getsize(tmp_path / "sharded" / file) <= 10_000 + 2_000  # + the safetensors header
+    sizes = [v.size * 4 for v in hf_format.read_hf_directory(str(tmp_path / "sharded")).tensors.values()]
+    assert index["metadata"]["total_size"] == sum(sizes)
+    assert_same_hf(fixture(arch), str(tmp_path / "sharded"))
+    convert.convert(from_hf=str(tmp_path / "sharded"), to_textrain=str(tmp_path / "tr"))
+    convert.convert(from_textrain=str(tmp_path / "tr"), to_hf=str(tmp_path / "one"))
+    assert_same_hf(fixture(arch), str(tmp_path / "one"))
+    assert (tmp_path / "one" / "model.safetensors").exists()
+    proc = _run_cli("textrain.trainers.convert", f"--from_hf={fixture(arch)}", f"--to_hf={tmp_path / 'bad'}",
+                    "--max_shard_size=lots")
+    assert proc.returncode == 1 and proc.stderr.strip().splitlines()[-1].startswith(
+        "textrain-convert: error: --max_shard_size=lots: expected a positive size")
+    assert not (tmp_path / "bad").exists()
+
+
 def test_classifier_init_checkpoint_reads_hf_directory():
     """finetune.init_checkpoint / --init_checkpoint of a fine-tuning model: the encoder from an HF
     directory; the head fresh by default, the HF classifier's head with init_head=True."""
@@ -318,22 +352,270 @@ def test_electra_generator_with_other_embeddings_refused(tmp_path):
     assert "embeddings differ" in message and "electra/embeddings/LayerNorm/beta" in message
 
 
-@pytest.mark.parametrize("arch", ("ElectraForSequenceClassification", "ElectraForQuestionAnswering"))
-def test_electra_hf_heads_unlike_the_original(arch, tmp_path):
-    """Refused as conversions (naming the difference); their encoder starts a fine-tuning, head fresh."""
-    from textrain.models.electra import ElectraClassifier, ElectraConfig
-    message = _one_line_error(tmp_path, from_hf=fixture(arch))
-    assert "ELECTRA's original" in message
-    config = hf_format.electra_config_dicts(hf_format.read_config(fixture(arch)), None, arch)
-    model = ElectraClassifier(ElectraConfig.from_dict(config), num_labels=3)
-    model.load_init_checkpoint(fixture(arch))
+ELECTRA_HF_HEADS = ("ElectraForSequenceClassification", "ElectraForQuestionAnswering")
+
+
+def _bert_features(x: dict[str, np.ndarray]) -> dict[str, tf.Tensor]:
+    return {"input_ids": tf.constant(x["input_ids"], tf.int32), "input_mask": tf.constant(x["attention_mask"], tf.int32),
+            "segment_ids": tf.constant(x["token_type_ids"], tf.int32)}
+
+
+@pytest.mark.parametrize("arch", ELECTRA_HF_HEADS)
+def test_electra_hf_heads_match_transformers_and_round_trip(arch, tmp_path):
+    """transformers' ELECTRA heads (unlike the original's) are the textrain models' head="hf": same outputs,
+    and HF -> textrain -> HF, and through the originals' layout, give the same tensors."""
+    exchange = convert.read_hf(fixture(arch))
+    assert exchange.head == "hf"
+    model = convert.load_into_model(exchange, fixture(arch))
+    assert model.head_variant == "hf"
     x = io(arch)
-    sequence = np.asarray(model.discriminator(*[tf.constant(x[k], tf.int32)
-                                                for k in ("input_ids", "attention_mask", "token_type_ids")]))
+    got = model.predict_outputs(_bert_features(x))
+    names = [k[len("out."):] for k in x if k.startswith("out.") and k != "out.sequence_output"]
+    assert names
+    for name in names:
+        np.testing.assert_allclose(np.asarray(got[name]), x[f"out.{name}"], atol=TOL, err_msg=f"{arch} {name}")
+    convert.convert(from_hf=fixture(arch), to_textrain=str(tmp_path / "tr"), to_tf1=str(tmp_path / "tf1"))
+    convert.convert(from_textrain=str(tmp_path / "tr"), to_hf=str(tmp_path / "hf"))
+    assert_same_hf(fixture(arch), str(tmp_path / "hf"))
+    convert.convert(from_tf1=str(tmp_path / "tf1" / "model.ckpt"), config_file=str(tmp_path / "tf1" / "electra_config.json"),
+                    vocab_file=str(tmp_path / "tf1" / "vocab.txt"), to_hf=str(tmp_path / "hf_tf1"))
+    assert_same_tensors(fixture(arch), str(tmp_path / "hf_tf1"))
+    convert.convert(from_hf=fixture(arch), to_saved_model=str(tmp_path / "export"), max_seq_length=16)
+    served = tf.saved_model.load(str(tmp_path / "export")).signatures["serving_default"]
+    out = served(input_ids=tf.constant(x["input_ids"], tf.int32), input_mask=tf.constant(x["attention_mask"], tf.int32),
+                 segment_ids=tf.constant(x["token_type_ids"], tf.int32))
+    for name in names:
+        np.testing.assert_allclose(out[name].numpy(), x[f"out.{name}"], atol=TOL, err_msg=f"export {name}")
+
+
+@pytest.mark.parametrize("arch", ELECTRA_HF_HEADS)
+def test_electra_hf_head_init_checkpoint(arch):
+    """An HF directory with such a head initialises the encoder of either variant; its head loads
+    (init_head) into the "hf" variant only, and the original variant is told which to use."""
+    from textrain.models.electra import ElectraClassifier, ElectraConfig
+    from textrain.models.qa_heads import ElectraSquad
+    config = ElectraConfig.from_dict(hf_format.electra_config_dicts(hf_format.read_config(fixture(arch)), None, arch))
+    build = (lambda head: ElectraClassifier(config, num_labels=3, head=head)) if arch.endswith("Classification") \
+        else (lambda head: ElectraSquad(config, head=head))
+    original = build("original")
+    original.load_init_checkpoint(fixture(arch))
+    x = io(arch)
+    sequence = np.asarray(original.discriminator(*_bert_features(x).values()))
     real = x["attention_mask"].astype(bool)
     np.testing.assert_allclose(sequence[real], x["out.sequence_output"][real], atol=TOL)
-    with pytest.raises(UserError, match="init_head.*ELECTRA's original"):
-        model.load_init_checkpoint(fixture(arch), init_head=True)
+    with pytest.raises(UserError, match="the 'hf' variant.*head='original'.*model_settings"):
+        original.load_init_checkpoint(fixture(arch), init_head=True)
+    hf = build("hf")
+    hf.load_init_checkpoint(fixture(arch), init_head=True)
+    out = hf.predict_outputs(_bert_features(x))
+    name = "logits" if arch.endswith("Classification") else "start_logits"
+    np.testing.assert_allclose(np.asarray(out[name]), x[f"out.{name}"], atol=TOL)
+
+
+def _run_cli(module: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", module, *args], env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
+                          capture_output=True, text=True, timeout=600, check=False)
+
+
+def test_finetune_keeps_an_hf_electra_head_and_converts_best_back(tmp_path):
+    """textrain-finetune from ElectraForSequenceClassification with init_head=True takes head="hf" (its own
+    head), evaluates and exports it; with learning rate 0 the SavedModel gives transformers' logits, and
+    textrain-convert --from_textrain=<run>/best writes back the same tensors."""
+    arch = "ElectraForSequenceClassification"
+    rows = [f"w{i} w{i + 1} w{i + 2}\t{'abc'[i % 3]}" for i in range(30)]
+    for split in ("train", "dev"):
+        (tmp_path / f"{split}.tsv").write_text("sentence\tlabel\n" + "\n".join(rows) + "\n")
+    hp = {"train_file": str(tmp_path / "train.tsv"), "dev_file": str(tmp_path / "dev.tsv")}
+    run = tmp_path / "run"
+    params = ["finetune.task='tsv_classification'", f"finetune.problem_hparams={hp!r}",
+              f"finetune.data_dir='{tmp_path / 'data'}'", f"finetune.model_dir='{run}'",
+              f"finetune.vocab_file='{os.path.join(fixture(arch), 'vocab.txt')}'",
+              f"finetune.init_checkpoint='{fixture(arch)}'", "finetune.init_head=True", "finetune.max_seq_length=16",
+              "finetune.train_batch_size=8", "finetune.eval_batch_size=8", "finetune.num_train_steps=2",
+              "finetune.learning_rate=0.0", "finetune.export=True"]
+    proc = _run_cli("textrain.trainers.finetune",
+                    f"--gin_file={os.path.join(os.path.dirname(HERE), 'configs', 'electra_base.gin')}",
+                    *[f"--gin_param={p}" for p in params])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "head='hf'" in proc.stderr
+    assert json.load(open(run / "eval_results.json"))["dev"][-1]["num_examples"] == 30
+    x = io(arch)
+    served = tf.saved_model.load(str(run / "export"))
+    out = served.signatures["serving_default"](
+        input_ids=tf.constant(x["input_ids"], tf.int32), input_mask=tf.constant(x["attention_mask"], tf.int32),
+        segment_ids=tf.constant(x["token_type_ids"], tf.int32))
+    np.testing.assert_allclose(out["logits"].numpy(), x["out.logits"], atol=TOL)
+    assert "serve_text" in served.signatures
+    proc = _run_cli("textrain.trainers.convert", f"--from_textrain={run / 'best'}", "--model=electra_classifier",
+                    f"--config_file={fixture(arch)}", "--num_labels=3", f"--to_hf={tmp_path / 'hf'}",
+                    f"--vocab_file={os.path.join(fixture(arch), 'vocab.txt')}", "--max_seq_length=16")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.load(open(tmp_path / "hf" / "tokenizer_config.json"))["model_max_length"] == 16
+    want = load_file(os.path.join(fixture(arch), "model.safetensors"))
+    got = load_file(str(tmp_path / "hf" / "model.safetensors"))
+    assert sorted(got) == sorted(want)
+    for name in want:
+        np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+
+
+# ------------------------------------------------------------------------------------ token classification
+TOKEN_ARCHS = ("BertForTokenClassification", "ElectraForTokenClassification", "XLNetForTokenClassification")
+TAGS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]  # the fixtures' id2label
+
+
+def _tagger_features(arch: str, x: dict[str, np.ndarray]) -> dict[str, tf.Tensor]:
+    if arch.startswith("XLNet"):  # XLNet's input_mask: float, 1 = padding
+        return {"input_ids": tf.constant(x["input_ids"], tf.int32),
+                "input_mask": tf.constant(1 - x["attention_mask"], tf.float32),
+                "segment_ids": tf.constant(x["token_type_ids"], tf.int32)}
+    return _bert_features(x)
+
+
+@pytest.mark.parametrize("arch", TOKEN_ARCHS)
+def test_token_classification_matches_transformers_and_round_trips(arch, tmp_path):
+    """*ForTokenClassification <-> the textrain taggers: transformers' logits to 1e-5 on the real tokens, the
+    label names kept, HF -> textrain -> HF and through the originals' layout exact (all through the CLI)."""
+    proc = _run_cli("textrain.trainers.convert", f"--from_hf={fixture(arch)}", f"--to_textrain={tmp_path / 'tr'}",
+                    f"--to_tf1={tmp_path / 'tf1'}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    model_name = convert.MODEL_OF_ARCHITECTURE[arch]
+    assert json.load(open(tmp_path / "tr" / "textrain_model.json"))["model"] == model_name
+    exchange = convert.read_hf(fixture(arch))
+    assert exchange.labels == TAGS and exchange.num_labels == 5
+    model = convert.load_into_model(exchange, fixture(arch))
+    x = io(arch)
+    logits = np.asarray(model.predict_outputs(_tagger_features(arch, x))["logits"])
+    real = x["attention_mask"].astype(bool)
+    assert logits.shape == x["out.logits"].shape == (2, 12, 5)
+    np.testing.assert_allclose(logits[real], x["out.logits"][real], atol=TOL)
+    proc = _run_cli("textrain.trainers.convert", f"--from_textrain={tmp_path / 'tr'}", f"--to_hf={tmp_path / 'hf'}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert_same_tensors(fixture(arch), str(tmp_path / "hf"))
+    got_config, want_config = hf_format.read_config(str(tmp_path / "hf")), hf_format.read_config(fixture(arch))
+    assert got_config["architectures"] == [arch] and got_config["id2label"] == want_config["id2label"]
+    if not arch.startswith("XLNet"):
+        assert_same_hf(fixture(arch), str(tmp_path / "hf"))
+    config_file = {"bert": "bert_config.json", "electra": "electra_config.json", "xlnet": "xlnet_config.json"}
+    proc = _run_cli("textrain.trainers.convert", f"--from_tf1={tmp_path / 'tf1' / 'model.ckpt'}",
+                    f"--config_file={tmp_path / 'tf1' / config_file[model_name.split('_')[0]]}", f"--model={model_name}",
+                    f"--to_hf={tmp_path / 'hf_tf1'}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert_same_tensors(fixture(arch), str(tmp_path / "hf_tf1"))
+
+
+@pytest.mark.parametrize("arch", TOKEN_ARCHS)
+def test_token_classification_to_saved_model(arch, tmp_path):
+    """--to_saved_model of a tagger: the ids signature gives transformers' per-token logits; BERT's and ELECTRA's
+    serve_text one tag per word, those of the words' sub-tokens."""
+    convert.convert(from_hf=fixture(arch), to_saved_model=str(tmp_path / "export"), max_seq_length=16, doc_stride=5)
+    loaded = tf.saved_model.load(str(tmp_path / "export"))
+    served = loaded.signatures["serving_default"]
+    x = io(arch)
+    out = served(input_ids=tf.constant(x["input_ids"], tf.int32), input_mask=tf.constant(x["attention_mask"], tf.int32)
+                 if not arch.startswith("XLNet") else tf.constant(1 - x["attention_mask"], tf.int32),
+                 segment_ids=tf.constant(x["token_type_ids"], tf.int32))
+    real = x["attention_mask"].astype(bool)
+    np.testing.assert_allclose(out["logits"].numpy()[real], x["out.logits"][real], atol=TOL)
+    if arch.startswith("XLNet"):
+        assert "serve_text" not in loaded.signatures  # SentencePiece has no core TensorFlow op
+        return
+    words = loaded.signatures["serve_text"](text=tf.constant(["w1 W2 w3"]))
+    ids = tf.constant([[2, 6, 7, 8, 3]], tf.int32)  # [CLS] w1 w2 w3 [SEP] in the fixtures' vocab.txt
+    tag_ids = served(input_ids=ids, input_mask=tf.ones_like(ids), segment_ids=tf.zeros_like(ids))["tag_ids"]
+    assert words["tag_ids"].numpy().tolist() == [tag_ids.numpy()[0, 1:4].tolist()]
+    assert [t.decode() for t in words["tags"].numpy()[0]] == [TAGS[i] for i in tag_ids.numpy()[0, 1:4]]
+
+
+@pytest.mark.parametrize("arch", TOKEN_ARCHS)
+def test_token_classification_init_head(arch):
+    """An HF tagger as init_checkpoint with init_head: encoder and head load (finetune scopes a task-scoped head
+    by hf_format.HF_TASK_NAME then), giving transformers' logits; BERT's absent pooler stays fresh."""
+    from textrain.framework import registry
+    cls = registry.models.get(convert.MODEL_OF_ARCHITECTURE[arch])
+    model = cls.from_settings(config_file=fixture(arch), num_labels=5, task_name=hf_format.HF_TASK_NAME)
+    model.load_init_checkpoint(fixture(arch), init_head=True)
+    x = io(arch)
+    logits = np.asarray(model.predict_outputs(_tagger_features(arch, x))["logits"])
+    real = x["attention_mask"].astype(bool)
+    np.testing.assert_allclose(logits[real], x["out.logits"][real], atol=TOL)
+
+
+def test_finetune_init_head_refuses_other_label_order(tmp_path):
+    """The task's labels (sorted from the data) in another order than the HF head's id2label: one line."""
+    arch = "ElectraForTokenClassification"
+    conll = "w1 B-PER\nw2 I-PER\nw3 O\nw4 B-LOC\nw5 I-LOC\n"
+    (tmp_path / "train.conll").write_text(conll * 4)
+    hp = {"train_file": str(tmp_path / "train.conll"), "dev_file": str(tmp_path / "train.conll"), "doc_stride": 3}
+    params = ["finetune.model='electra_tagger'", f"finetune.problem_hparams={hp!r}", f"finetune.data_dir='{tmp_path / 'd'}'",
+              f"finetune.model_dir='{tmp_path / 'run'}'", f"finetune.vocab_file='{os.path.join(fixture(arch), 'vocab.txt')}'",
+              f"finetune.init_checkpoint='{fixture(arch)}'", "finetune.init_head=True", "finetune.max_seq_length=8",
+              "finetune.num_train_steps=1"]
+    proc = _run_cli("textrain.trainers.finetune", "--gin_file=tagging.gin", *[f"--gin_param={p}" for p in params])
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"textrain-finetune: error: finetune.init_head: {fixture(arch)}/config.json's id2label (O, B-PER, I-PER, B-LOC, "
+        f"I-LOC) is not the task's label order (B-LOC, B-PER, I-LOC, I-PER, O): its head's rows would score other labels")
+    assert not (tmp_path / "run").exists()
+
+
+# transformers' logits of an HF directory, where a venv with torch and transformers is named (tests/data/hf/
+# make_fixtures.py's): `TEXTRAIN_HF_PYTHON=/tmp/hf-venv/bin/python`.
+HF_LOGITS_SCRIPT = """
+import json, sys
+import numpy as np, torch, transformers
+path, ids = sys.argv[1], np.array(json.loads(sys.argv[2]))
+arch = json.load(open(path + "/config.json"))["architectures"][0]
+model = getattr(transformers, arch).from_pretrained(path).eval()
+with torch.no_grad():
+    out = model(input_ids=torch.tensor(ids), attention_mask=torch.ones_like(torch.tensor(ids)))
+print(json.dumps(out.logits.numpy().tolist()))
+"""
+
+
+def test_tagging_run_to_hf_serves_the_same_tags(tmp_path):
+    """A tagging fine-tune (encoder from BertForTokenClassification, head fresh) -> textrain-convert
+    --from_textrain=<run>/best --to_hf: read back, it serves the run's SavedModel's logits and raw-text tags;
+    with TEXTRAIN_HF_PYTHON set, transformers' logits of it equal them to 1e-5."""
+    arch = "BertForTokenClassification"
+    vocab = os.path.join(fixture(arch), "vocab.txt")
+    tags = ["B-PER", "I-PER", "O", "O", "B-LOC", "O"]
+    sentences = [([f"w{(7 * i + j) % 90 + 1}" for j in range(len(tags))], tags) for i in range(24)]
+    conll = "\n".join("".join(f"{w} {t}\n" for w, t in zip(words, ts)) for words, ts in sentences)
+    (tmp_path / "train.conll").write_text(conll)
+    (tmp_path / "dev.conll").write_text(conll)
+    hp = {"train_file": str(tmp_path / "train.conll"), "dev_file": str(tmp_path / "dev.conll"), "doc_stride": 4}
+    run, data = tmp_path / "run", tmp_path / "data"
+    params = ["finetune.model='bert_tagger'", f"finetune.problem_hparams={hp!r}", f"finetune.data_dir='{data}'",
+              f"finetune.model_dir='{run}'", f"finetune.vocab_file='{vocab}'", f"finetune.init_checkpoint='{fixture(arch)}'",
+              "finetune.max_seq_length=8", "finetune.train_batch_size=8", "finetune.eval_batch_size=8",
+              "finetune.num_train_steps=6", "finetune.learning_rate=1e-3", "finetune.export=True",
+              "finetune.do_predict=False"]
+    proc = _run_cli("textrain.trainers.finetune", "--gin_file=tagging.gin", *[f"--gin_param={p}" for p in params])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    labels = os.path.join(data, "tagging", "labels.json")
+    proc = _run_cli("textrain.trainers.convert", f"--from_textrain={run / 'best'}", "--model=bert_tagger",
+                    f"--config_file={fixture(arch)}", f"--labels_file={labels}", f"--vocab_file={vocab}",
+                    "--max_seq_length=8", f"--to_hf={tmp_path / 'hf'}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    config = hf_format.read_config(str(tmp_path / "hf"))
+    assert config["architectures"] == [arch] and sorted(config["id2label"].values()) == ["B-LOC", "B-PER", "I-PER", "O"]
+    proc = _run_cli("textrain.trainers.convert", f"--from_hf={tmp_path / 'hf'}", f"--to_saved_model={tmp_path / 'again'}",
+                    "--max_seq_length=8", "--doc_stride=4")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    exported, again = (tf.saved_model.load(str(d)).signatures for d in (run / "export", tmp_path / "again"))
+    ids = tf.constant([[2, 10, 20, 30, 40, 50, 3], [2, 11, 12, 13, 3, 0, 0]], tf.int32)
+    mask = tf.cast(ids > 0, tf.int32)
+    a, b = (s["serving_default"](input_ids=ids, input_mask=mask, segment_ids=tf.zeros_like(ids)) for s in (exported, again))
+    np.testing.assert_allclose(a["logits"].numpy(), b["logits"].numpy(), atol=TOL)
+    text = tf.constant([" ".join(words) for words, _ in sentences[:6]])
+    assert (exported["serve_text"](text=text)["tags"].numpy() == again["serve_text"](text=text)["tags"].numpy()).all()
+    hf_python = os.environ.get("TEXTRAIN_HF_PYTHON")
+    if hf_python:
+        row = ids.numpy()[:1].tolist()
+        proc = subprocess.run([hf_python, "-c", HF_LOGITS_SCRIPT, str(tmp_path / "hf"), json.dumps(row)],
+                              capture_output=True, text=True, timeout=300, check=False)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        np.testing.assert_allclose(np.array(json.loads(proc.stdout)), a["logits"].numpy()[:1], atol=TOL)
 
 
 # ------------------------------------------------------------------------------------ XLNet
@@ -434,10 +716,12 @@ def test_from_textrain_run_with_size_labels_and_vocab(tmp_path):
     vocab = os.path.join(fixture("BertModel"), "vocab.txt")
     convert.convert(from_textrain=str(tmp_path / "run"), model="bert_classifier", model_size="tiny",
                     labels_file=str(tmp_path / "labels.json"), vocab_file=vocab, do_lower_case=False,
-                    to_hf=str(tmp_path / "hf"))
+                    max_seq_length=48, to_hf=str(tmp_path / "hf"))
     config = hf_format.read_config(str(tmp_path / "hf"))
     assert config["id2label"] == {"0": "narration", "1": "speech"} and config["hidden_size"] == 128
-    assert hf_format.do_lower_case(str(tmp_path / "hf")) is False
+    # transformers' tokenizer truncates at model_max_length and lowercases as the model was tuned
+    assert json.load(open(tmp_path / "hf" / "tokenizer_config.json")) == {
+        "do_lower_case": False, "model_max_length": 48, "tokenizer_class": "BertTokenizer"}
     got = load_file(str(tmp_path / "hf" / "model.safetensors"))
     np.testing.assert_array_equal(got["classifier.weight"], model.classifier.output_weights.numpy())
     np.testing.assert_array_equal(got["bert.encoder.layer.1.output.dense.weight"],

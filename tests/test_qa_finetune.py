@@ -114,6 +114,25 @@ def test_electra_squad_v2_through_the_cli(tmp_path, files):
 
 
 @pytest.mark.slow
+def test_electra_squad_hf_head_through_the_cli(tmp_path, files):
+    """head="hf" (transformers' linear start/end layer): trains, evaluates with BERT's n-best and null score,
+    predicts and exports start/end logits."""
+    summary = _finetune(tmp_path, "electra_squad_v2.gin",
+                        f"finetune.problem_hparams={{'train_file': '{files['v2']}', 'predict_file': '{files['v2']}', "
+                        f"'doc_stride': 16}}",
+                        f"finetune.vocab_file='{files['vocab']}'", "finetune.model_size='small'",
+                        "finetune.model_settings={'head': 'hf'}", "finetune.export=True",
+                        "finetune.model_overrides={'hidden_size': 32, 'num_hidden_layers': 2, 'embedding_size': 16, "
+                        "'num_attention_heads': 2, 'intermediate_size': 64}")
+    assert "answerable_loss" not in summary["eval"]["dev"] and "start_loss" in summary["eval"]["dev"]
+    _check_squad_outputs(tmp_path, summary, files["v2"], v2=True)
+    served = tf.saved_model.load(str(tmp_path / "model" / "export")).signatures["serving_default"]
+    ids = tf.constant([[2, 7, 8, 3, 9, 10, 3]], tf.int32)
+    out = served(input_ids=ids, input_mask=tf.ones_like(ids), segment_ids=tf.constant([[0, 0, 0, 0, 1, 1, 1]]))
+    assert out["start_logits"].shape == (1, 7) and out["end_logits"].shape == (1, 7)
+
+
+@pytest.mark.slow
 def test_xlnet_race_through_the_cli(tmp_path, files):
     summary = _finetune(tmp_path, "xlnet_race.gin", f"finetune.problem_hparams={{'race_dir': '{files['race']}'}}",
                         f"finetune.sp_model='{files['sp']}'", "finetune.model_size='tiny'")

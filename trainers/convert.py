@@ -19,11 +19,18 @@ Decisions:
   directory needs no flags. A training run's model_dir has no such file: `--model` and `--config_file` or
   `--model_size` (and `--num_labels` / `--labels_file`) say what it holds.
 - An architecture without all of a textrain model's parts (`BertModel`: no MLM/NSP; `BertForMaskedLM`: no
-  pooler, no NSP; `XLNetModel`: no LM bias; an ELECTRA discriminator without `--hf_generator`) goes in
+  pooler, no NSP; `BertForQuestionAnswering`, `BertForTokenClassification`: no pooler; `XLNetModel`: no LM bias;
+  an ELECTRA discriminator without `--hf_generator`; `hf_format.ABSENT_PARTS`) goes in
   with those parts freshly initialised, and the command lists them; everything else must match exactly
-  or nothing is written. HF heads unlike the original's (ELECTRA's classifier and QA) are refused.
+  or nothing is written.
+- HF heads unlike the original's (ELECTRA's classifier: dense, gelu, out_proj; its QA head: one linear
+  start/end layer) are the textrain models' `head="hf"` variant: the architecture names the variant
+  (`hf_format.HEAD_VARIANTS`), so they convert both ways, and `textrain_model.json` keeps it through
+  textrain. The originals' ELECTRA heads have no HF architecture (--to_tf1 / --to_textrain only).
 - ELECTRA's discriminator and generator are two HF directories and one textrain / TF1 checkpoint (they
   share the embeddings, which must be equal); `--to_hf_generator` writes the generator back.
+- The tokenizer files travel with the weights; `--max_seq_length` (the fine-tuning length) is recorded as their
+  tokenizer_config.json's `model_max_length`. `--max_shard_size` shards the HF weights as save_pretrained does.
 - Output goes to a temporary directory beside the target, renamed into place when complete.
 """
 from __future__ import annotations
@@ -51,18 +58,24 @@ BERT_CONFIG = "bert_config.json"
 MODEL_OF_ARCHITECTURE = {
     "BertModel": "bert", "BertForPreTraining": "bert", "BertForMaskedLM": "bert",
     "BertForSequenceClassification": "bert_classifier", "BertForQuestionAnswering": "bert_squad",
-    "ElectraForPreTraining": "electra",
+    "ElectraForPreTraining": "electra", "ElectraForSequenceClassification": "electra_classifier",
+    "ElectraForQuestionAnswering": "electra_squad",
     "XLNetModel": "xlnet", "XLNetLMHeadModel": "xlnet", "XLNetForSequenceClassification": "xlnet_classifier",
     "XLNetForQuestionAnswering": "xlnet_squad",
+    "BertForTokenClassification": "bert_tagger", "ElectraForTokenClassification": "electra_tagger",
+    "XLNetForTokenClassification": "xlnet_tagger",
 }
 ARCHITECTURE_OF_MODEL = {"bert": "BertForPreTraining", "bert_classifier": "BertForSequenceClassification",
                          "bert_squad": "BertForQuestionAnswering", "electra": "ElectraForPreTraining",
+                         "electra_classifier": "ElectraForSequenceClassification",
+                         "electra_squad": "ElectraForQuestionAnswering",
                          "xlnet": "XLNetLMHeadModel", "xlnet_classifier": "XLNetForSequenceClassification",
-                         "xlnet_squad": "XLNetForQuestionAnswering"}
-# Variables of the textrain model an architecture does not have (they stay freshly initialised).
-# (BertForQuestionAnswering has no pooler: textrain's span head keeps one it never uses.)
-FRESH = {"BertModel": (r"^cls/",), "BertForMaskedLM": (r"^cls/seq_relationship/", r"^bert/pooler/"),
-         "BertForQuestionAnswering": (r"^bert/pooler/",), "XLNetModel": (r"^model/lm_loss/",)}
+                         "xlnet_squad": "XLNetForQuestionAnswering", "bert_tagger": "BertForTokenClassification",
+                         "electra_tagger": "ElectraForTokenClassification",
+                         "xlnet_tagger": "XLNetForTokenClassification"}
+# Models whose head has one output per label (config.json's id2label; --num_labels, --labels_file).
+LABELLED = ("bert_classifier", "electra_classifier", "xlnet_classifier", "bert_tagger", "electra_tagger",
+            "xlnet_tagger")
 
 
 @dataclasses.dataclass
@@ -74,28 +87,34 @@ class Exchange:
     values: dict[str, np.ndarray]
     num_labels: int | None = None
     tokenizer_files: dict[str, str] = dataclasses.field(default_factory=dict)  # name -> source path
-    fresh: tuple[str, ...] | None = None  # patterns of the model's TF1 names the source lacks (None: FRESH's)
+    fresh: tuple[str, ...] | None = None  # patterns of the model's TF1 names the source lacks (None: hf_format.ABSENT_PARTS's)
     n_top: tuple[int, int] = (5, 5)  # XLNet's span head: start_n_top, end_n_top
     labels: list[str] | None = None  # a classifier's label names (HF id2label), in id order
     do_lower_case: bool = True  # a vocab.txt without a tokenizer_config.json: the WordPiece casing to record
+    max_seq_length: int | None = None  # the fine-tuning length: tokenizer_config.json's model_max_length
 
     def fresh_patterns(self) -> tuple[str, ...]:
-        return FRESH.get(self.architecture, ()) if self.fresh is None else self.fresh
+        return hf_format.ABSENT_PARTS.get(self.architecture, ()) if self.fresh is None else self.fresh
 
     @property
     def model_name(self) -> str:
         return MODEL_OF_ARCHITECTURE[self.architecture]
 
+    @property
+    def head(self) -> str:
+        """The textrain model's head variant this architecture holds."""
+        return hf_format.HEAD_VARIANTS.get(self.architecture, "original")
+
 
 # ------------------------------------------------------------------------------------ textrain models
 def build_model(model_name: str, config: dict[str, Any], num_labels: int | None = None,
-                n_top: tuple[int, int] = (5, 5)):
+                n_top: tuple[int, int] = (5, 5), head: str = "original"):
     """The registered model `model_name` from an original config (its class's `from_config`)."""
     from textrain.framework import registry
 
     registry.import_builtins()
     try:
-        return registry.models.get(model_name).from_config(config, num_labels=num_labels, n_top=n_top)
+        return registry.models.get(model_name).from_config(config, num_labels=num_labels, n_top=n_top, head=head)
     except (KeyError, NotImplementedError):
         raise UserError(f"--model={model_name}: textrain-convert converts {', '.join(ARCHITECTURE_OF_MODEL)}") from None
 
@@ -114,7 +133,7 @@ def fresh_names(model, fresh: tuple[str, ...]) -> list[str]:
 def load_into_model(exchange: Exchange, source: str):
     """The textrain model of `exchange`, its variables assigned (every tensor accounted for)."""
     from textrain.models.checkpoints import assign_tf1_values
-    model = build_model(exchange.model_name, exchange.config, exchange.num_labels, exchange.n_top)
+    model = build_model(exchange.model_name, exchange.config, exchange.num_labels, exchange.n_top, exchange.head)
     assign_tf1_values(source, exchange.values, model_variable_map(model, exchange.fresh_patterns()))
     return model
 
@@ -129,11 +148,7 @@ def _hf_source(path: str, flag: str) -> tuple[dict[str, Any], str]:
     if not hf_format.is_hf_directory(path):
         raise UserError(f"{flag}={path}: not a Hugging Face directory (config.json and model.safetensors)")
     config = hf_format.read_config(path)
-    architecture = hf_format.architecture_of(config, os.path.join(path, hf_format.CONFIG))
-    if architecture in hf_format.UNLIKE_ORIGINAL:
-        raise UserError(f"{flag}={path}: {architecture} is not converted: {hf_format.UNLIKE_ORIGINAL[architecture]}; "
-                        f"its encoder can still start a fine-tuning (finetune.init_checkpoint, fresh head)")
-    return config, architecture
+    return config, hf_format.architecture_of(config, os.path.join(path, hf_format.CONFIG))
 
 
 def read_hf(path: str, generator: str | None = None) -> Exchange:
@@ -148,15 +163,16 @@ def read_hf(path: str, generator: str | None = None) -> Exchange:
         raise UserError(f"--hf_generator is for ELECTRA; --from_hf={path} is {architecture}")
     values = hf_directory_values(path)
     model_name = MODEL_OF_ARCHITECTURE[architecture]
-    labels = hf_format.num_labels(config) if model_name.endswith("_classifier") else None
+    labels = hf_format.num_labels(config) if model_name in LABELLED else None
     names = hf_format.label_names(config) if labels else None
     source = os.path.join(path, hf_format.CONFIG)
     if model_name.startswith("xlnet"):
         n_top = (int(config.get("start_n_top", 5)), int(config.get("end_n_top", 5)))
         return Exchange(architecture, hf_format.xlnet_config_dict(config, source), values, labels,
                         _tokenizer_files(path), n_top=n_top, labels=names)
-    return Exchange(architecture, hf_format.bert_config_dict(config, source), values, labels, _tokenizer_files(path),
-                    labels=names)
+    family = hf_format.bert_config_dict(config, source) if model_name.startswith("bert") else \
+        hf_format.electra_config_dicts(config, None, source)
+    return Exchange(architecture, family, values, labels, _tokenizer_files(path), labels=names)
 
 
 def _read_electra(path: str, config: dict[str, Any], generator: str | None) -> Exchange:
@@ -188,12 +204,19 @@ def _architecture_of_tf1(names: set[str], model_name: str | None) -> str:
 
 
 def _architecture_of_names(names: set[str]) -> str:
+    for architecture, head in ((a, h) for a, h in hf_format.HF_ONLY_HEADS.items()):
+        if f"{head}/kernel" in names:
+            return architecture
     if "discriminator_predictions/dense/kernel" in names:
         return "ElectraForPreTraining"
     if "start_logits/dense/kernel" in names:
         return "XLNetForQuestionAnswering"
-    if f"model/classification_{hf_format.XLNET_TASK}/logit/kernel" in names:
+    if f"model/classification_{hf_format.HF_TASK_NAME}/logit/kernel" in names:
         return "XLNetForSequenceClassification"
+    if f"model/tagging_{hf_format.HF_TASK_NAME}/logit/kernel" in names:
+        return "XLNetForTokenClassification"
+    if f"task_specific/{hf_format.HF_TASK_NAME}/dense/kernel" in names:
+        return "ElectraForTokenClassification"
     if "model/transformer/word_embedding/lookup_table" in names:
         return "XLNetLMHeadModel" if "model/lm_loss/bias" in names else "XLNetModel"
     if "cls/squad/output_weights" in names:
@@ -219,20 +242,33 @@ def read_tf1(path: str, config_file: str | None, vocab_file: str | None, model_n
               if not any(p.search(n) for p in skip)}
     architecture = _architecture_of_tf1(set(values), model_name)
     head = {"BertForSequenceClassification": ("output_weights", 0),
-            "XLNetForSequenceClassification": (f"model/classification_{hf_format.XLNET_TASK}/logit/kernel", 1)}
+            "ElectraForSequenceClassification": (f"{hf_format.HF_ONLY_HEADS['ElectraForSequenceClassification']}"
+                                                 f"/kernel", 1),
+            "XLNetForSequenceClassification": (f"model/classification_{hf_format.HF_TASK_NAME}/logit/kernel", 1),
+            "BertForTokenClassification": ("output_weights", 0),
+            "ElectraForTokenClassification": (f"task_specific/{hf_format.HF_TASK_NAME}/dense/kernel", 1),
+            "XLNetForTokenClassification": (f"model/tagging_{hf_format.HF_TASK_NAME}/logit/kernel", 1)}
     labels = int(values[head[architecture][0]].shape[head[architecture][1]]) if architecture in head else None
     files = {"vocab.txt": vocab_file} if vocab_file else {}
     return Exchange(architecture, _read_json(config_file, MODEL_OF_ARCHITECTURE[architecture]), values, labels, files)
 
 
 def _read_json(path: str, model_name: str) -> dict[str, Any]:
+    """The family config of an original config file, or of an HF directory (the one a run started from)."""
     from textrain.models.bert import BertConfig
     from textrain.models.electra import ElectraConfig
     from textrain.models.xlnet import MODEL_KEYS, XLNetConfig
+    if hf_format.is_hf_directory(path):
+        config, source = hf_format.read_config(path), os.path.join(path, hf_format.CONFIG)
+        if model_name.startswith("xlnet"):
+            return hf_format.xlnet_config_dict(config, source)
+        if model_name.startswith("electra"):
+            return hf_format.electra_config_dicts(config, None, source)
+        return hf_format.bert_config_dict(config, source)
     if model_name.startswith("xlnet"):
         config = XLNetConfig.from_json(path)
         return {k: getattr(config, k) for k in MODEL_KEYS}
-    cls = ElectraConfig if model_name == "electra" else BertConfig
+    cls = ElectraConfig if model_name.startswith("electra") else BertConfig
     return cls.from_json_file(path).to_dict()
 
 
@@ -254,9 +290,10 @@ def read_textrain(path: str, model_name: str | None, config_file: str | None, nu
         architecture = ARCHITECTURE_OF_MODEL[model_name]
         config = _read_json(config_file, model_name) if config_file else _preset(model_name, model_size, prefix)
         n_top, labels = (5, 5), None
-    model = build_model(MODEL_OF_ARCHITECTURE[architecture], config, num_labels, n_top)
+    model = build_model(MODEL_OF_ARCHITECTURE[architecture], config, num_labels, n_top,
+                        hf_format.HEAD_VARIANTS.get(architecture, "original"))
     restore_textrain(prefix, model)
-    values = {n: np.asarray(v.numpy()) for n, v in model_variable_map(model, FRESH.get(architecture, ())).items()}
+    values = {n: np.asarray(v.numpy()) for n, v in model_variable_map(model, hf_format.ABSENT_PARTS.get(architecture, ())).items()}
     files = _tokenizer_files(directory)
     if vocab_file:
         files["vocab.txt"] = vocab_file
@@ -301,7 +338,7 @@ def _preset(model_name: str, size: str, prefix: str) -> dict[str, Any]:
             if name.endswith("word_embeddings")]
     if not rows:
         raise UserError(f"--from_textrain={prefix}: no word embedding found; give --config_file")
-    if model_name == "electra":
+    if model_name.startswith("electra"):
         return electra.ElectraConfig.preset(size, vocab_size=int(rows[0])).to_dict()
     if model_name.startswith("bert"):
         return bert.BertConfig.preset(size, vocab_size=int(rows[0])).to_dict()
@@ -322,7 +359,8 @@ def restore_textrain(path: str, model) -> None:
 # ------------------------------------------------------------------------------------ writers
 def _copy_tokenizer(exchange: Exchange, out: str) -> None:
     """The tokenizer files. A tokenizer.json alone also gives the vocab.txt textrain's WordPiece reads; a bare
-    vocab.txt gets the tokenizer_config.json that tells transformers its casing."""
+    vocab.txt gets the tokenizer_config.json that tells transformers its casing; a known fine-tuning length
+    goes in as `model_max_length`, so transformers truncates where the model was tuned and exported."""
     for name, source in exchange.tokenizer_files.items():
         shutil.copyfile(source, os.path.join(out, name))
     if "tokenizer.json" in exchange.tokenizer_files and "vocab.txt" not in exchange.tokenizer_files:
@@ -333,6 +371,13 @@ def _copy_tokenizer(exchange: Exchange, out: str) -> None:
     if "vocab.txt" in exchange.tokenizer_files and "tokenizer_config.json" not in exchange.tokenizer_files:
         _write_json(os.path.join(out, "tokenizer_config.json"),
                     {"do_lower_case": exchange.do_lower_case, "tokenizer_class": "BertTokenizer"})
+    if exchange.max_seq_length and exchange.tokenizer_files:
+        path = os.path.join(out, "tokenizer_config.json")
+        config = {}
+        if os.path.exists(path):
+            with open(path, encoding="utf-8") as f:
+                config = json.load(f)
+        _write_json(path, dict(config, model_max_length=exchange.max_seq_length))
 
 
 def _write_json(path: str, value: Any) -> None:
@@ -344,11 +389,11 @@ def _write_json(path: str, value: Any) -> None:
 def hf_config_of(exchange: Exchange, architecture: str) -> dict[str, Any]:
     """The HF config.json of `architecture` (ELECTRA: each network's own sizes)."""
     config = exchange.config
-    if exchange.model_name == "electra":
+    if exchange.model_name.startswith("electra"):
         from textrain.models.electra import ElectraConfig
         electra = ElectraConfig.from_dict(config)
-        networks = {"ElectraForPreTraining": electra.discriminator_config, "ElectraForMaskedLM": electra.generator_config}
-        config = networks[architecture]().to_dict()
+        generator = architecture == "ElectraForMaskedLM"
+        config = (electra.generator_config() if generator else electra.discriminator_config()).to_dict()
     if exchange.model_name.startswith("xlnet"):
         hf = hf_format.hf_xlnet_config(architecture, config, exchange.num_labels, exchange.n_top)
     else:
@@ -359,7 +404,7 @@ def hf_config_of(exchange: Exchange, architecture: str) -> dict[str, Any]:
     return hf
 
 
-def write_hf(exchange: Exchange, out: str, architecture: str | None = None) -> None:
+def write_hf(exchange: Exchange, out: str, architecture: str | None = None, max_shard_size: int | None = None) -> None:
     architecture = architecture or exchange.architecture
     if MODEL_OF_ARCHITECTURE.get(architecture, "electra" if architecture == "ElectraForMaskedLM" else None) \
             != exchange.model_name:
@@ -370,7 +415,7 @@ def write_hf(exchange: Exchange, out: str, architecture: str | None = None) -> N
     if fresh:
         raise UserError(f"{exchange.architecture} has no {', '.join(fresh)}: it cannot be written as {architecture}")
     tensors = hf_format.hf_tensors(architecture, config, exchange.values)
-    hf_format.write_safetensors(os.path.join(out, hf_format.WEIGHTS), tensors)
+    hf_format.write_weights(out, tensors, max_shard_size)
     _write_json(os.path.join(out, hf_format.CONFIG), config)
     _copy_tokenizer(exchange, out)
 
@@ -408,12 +453,16 @@ def write_textrain(exchange: Exchange, out: str, source: str) -> list[str]:
     return fresh_names(model, exchange.fresh_patterns())
 
 
-SERVABLE = ("bert_classifier", "bert_squad", "xlnet_classifier", "xlnet_squad")
+DEFAULT_SERVING_LENGTH = 128  # --to_saved_model without --max_seq_length
+DEFAULT_TAGGING_STRIDE = 64  # a tagger's serve_text without --doc_stride (the tagging problem's default)
+SERVABLE = ("bert_classifier", "bert_squad", "electra_classifier", "electra_squad", "xlnet_classifier", "xlnet_squad",
+            "bert_tagger", "electra_tagger", "xlnet_tagger")
 
 
-def write_saved_model(exchange: Exchange, out: str, source: str, max_seq_length: int) -> None:
+def write_saved_model(exchange: Exchange, out: str, source: str, max_seq_length: int, doc_stride: int) -> None:
     """The export of today's fine-tuning (trainers/export.py): ids in, the head's outputs out; raw text in
-    (`serve_text`, `serve_text_pair`) for a BERT classifier with a WordPiece vocabulary."""
+    (`serve_text`, `serve_text_pair`; a tagger's `serve_text`: one tag per word, windows `doc_stride` apart)
+    for a WordPiece model with its vocabulary."""
     from textrain.trainers.export import export_classifier
     model = load_into_model(exchange, source)
     tokenizer = None
@@ -423,7 +472,8 @@ def write_saved_model(exchange: Exchange, out: str, source: str, max_seq_length:
         lower = hf_format.do_lower_case(os.path.dirname(vocab))
         tokenizer = GraphWordpieceTokenizer(vocab, do_lower_case=exchange.do_lower_case if lower is None else lower,
                                             max_seq_length=max_seq_length)
-    export_classifier(model, out, max_seq_length=max_seq_length, labels=exchange.labels, tokenizer=tokenizer)
+    export_classifier(model, out, max_seq_length=max_seq_length, labels=exchange.labels, tokenizer=tokenizer,
+                      doc_stride=doc_stride)
 
 
 def _remove_stale_temp_dirs(parent: str, base: str) -> None:
@@ -463,8 +513,9 @@ def convert(*, from_hf: str | None = None, from_tf1: str | None = None, from_tex
             model: str | None = None, config_file: str | None = None, num_labels: int | None = None,
             vocab_file: str | None = None, hf_architecture: str | None = None, hf_generator: str | None = None,
             to_hf_generator: str | None = None, to_saved_model: str | None = None,
-            max_seq_length: int = 128, model_size: str | None = None, labels_file: str | None = None,
-            do_lower_case: bool = True) -> list[str]:
+            max_seq_length: int | None = None, model_size: str | None = None, labels_file: str | None = None,
+            do_lower_case: bool = True, max_shard_size: str | None = None,
+            doc_stride: int | None = None) -> list[str]:
     """One conversion; returns lines describing what was written."""
     sources = [s for s in (from_hf, from_tf1, from_textrain) if s]
     targets = [t for t in (to_hf, to_tf1, to_textrain, to_hf_generator, to_saved_model) if t]
@@ -495,6 +546,14 @@ def convert(*, from_hf: str | None = None, from_tf1: str | None = None, from_tex
             exchange.labels = names
     source = sources[0]
     exchange.do_lower_case = do_lower_case
+    exchange.max_seq_length = max_seq_length
+    shard_bytes = hf_format.parse_shard_size(max_shard_size) if max_shard_size else None
+    if max_seq_length is not None and max_seq_length < 1:
+        raise UserError(f"--max_seq_length={max_seq_length}: expected a positive length")
+    max_seq_length = max_seq_length or DEFAULT_SERVING_LENGTH
+    doc_stride = doc_stride or min(DEFAULT_TAGGING_STRIDE, max_seq_length - 2)
+    if not 1 <= doc_stride <= max_seq_length - 2:
+        raise UserError(f"--doc_stride={doc_stride}: expected 1 .. max_seq_length - 2 = {max_seq_length - 2}")
     check_vocabulary(exchange)
     # Check everything the targets need before writing any of them.
     load_into_model(exchange, source)
@@ -521,10 +580,10 @@ def convert(*, from_hf: str | None = None, from_tf1: str | None = None, from_tex
         write_atomically(to_tf1, lambda d: write_tf1(exchange, d))
         lines.append(f"wrote {to_tf1}/model.ckpt (the originals' variable names)")
     for out, architecture in hf_targets:
-        write_atomically(out, lambda d, a=architecture: write_hf(exchange, d, a))
+        write_atomically(out, lambda d, a=architecture: write_hf(exchange, d, a, shard_bytes))
         lines.append(f"wrote {out} ({architecture}, safetensors)")
     if to_saved_model:
-        write_atomically(to_saved_model, lambda d: write_saved_model(exchange, d, source, max_seq_length))
+        write_atomically(to_saved_model, lambda d: write_saved_model(exchange, d, source, max_seq_length, doc_stride))
         lines.append(f"wrote {to_saved_model} (SavedModel of {exchange.model_name})")
     return lines
 
@@ -538,8 +597,9 @@ def define_flags() -> None:
     flags.DEFINE_string("to_textrain", None, "Write a textrain checkpoint (--init_checkpoint / finetune.init_checkpoint).")
     flags.DEFINE_enum("model", None, list(ARCHITECTURE_OF_MODEL),
                       "The textrain model a --from_textrain run or --from_tf1 checkpoint holds.")
-    flags.DEFINE_string("config_file", None, "bert_config.json of a --from_tf1 or --from_textrain checkpoint.")
-    flags.DEFINE_integer("num_labels", None, "Labels of a --from_textrain bert_classifier run.")
+    flags.DEFINE_string("config_file", None, "bert_config.json (or the family's config file, or the HF directory "
+                        "the run started from) of a --from_tf1 or --from_textrain checkpoint.")
+    flags.DEFINE_integer("num_labels", None, "Labels of a --from_textrain classifier or tagger run.")
     flags.DEFINE_string("labels_file", None, "A --from_textrain classifier's label names in id order: the problem's "
                         "labels.json (in its data_dir) or one name a line; they become config.json's id2label.")
     flags.DEFINE_bool("do_lower_case", True, "With --vocab_file: the WordPiece casing the model was trained with "
@@ -553,7 +613,13 @@ def define_flags() -> None:
     flags.DEFINE_string("to_hf_generator", None, "ELECTRA: also write the generator as an HF ElectraForMaskedLM.")
     flags.DEFINE_string("to_saved_model", None, "Write a SavedModel of a fine-tuning model (ids in, the head's "
                         "outputs out; raw text in for a BERT classifier with a vocab.txt).")
-    flags.DEFINE_integer("max_seq_length", 128, "--to_saved_model: the raw-text signatures' sequence length.")
+    flags.DEFINE_integer("max_seq_length", None, "The length the model was fine-tuned with: --to_saved_model's "
+                         "raw-text signatures truncate at it (default 128); --to_hf and the other targets record it "
+                         "as tokenizer_config.json's model_max_length.")
+    flags.DEFINE_integer("doc_stride", None, "--to_saved_model of a tagger: sub-tokens between the starts of two "
+                         "windows over a long sentence in serve_text (default 64, at most max_seq_length - 2).")
+    flags.DEFINE_string("max_shard_size", None, "--to_hf: write safetensors shards of at most this size (500MB, "
+                        "2GB, 1GiB or bytes, as save_pretrained) with model.safetensors.index.json.")
 
 
 def main(argv: list[str]) -> None:
@@ -565,7 +631,8 @@ def main(argv: list[str]) -> None:
                         hf_architecture=FLAGS.hf_architecture, hf_generator=FLAGS.hf_generator,
                         to_hf_generator=FLAGS.to_hf_generator, to_saved_model=FLAGS.to_saved_model,
                         max_seq_length=FLAGS.max_seq_length, model_size=FLAGS.model_size,
-                        labels_file=FLAGS.labels_file, do_lower_case=FLAGS.do_lower_case):
+                        labels_file=FLAGS.labels_file, do_lower_case=FLAGS.do_lower_case,
+                        max_shard_size=FLAGS.max_shard_size, doc_stride=FLAGS.doc_stride):
         print(line, flush=True)
 
 

@@ -119,8 +119,9 @@ def make_tokenizer(problem: FinetuneTask, data_dir: str, model: FinetuneModel, f
 
 def export_classifier(model: FinetuneModel, export_dir: str, *, problem: FinetuneTask | None = None, data_dir: str = "",
                       family: str = "", checkpoint: str | None = None, max_seq_length: int = 128,
-                      labels: list[str] | None = None, tokenizer: Any = None) -> str:
-    """Write the SavedModel (see the module docstring) to `export_dir`; returns it."""
+                      labels: list[str] | None = None, tokenizer: Any = None, doc_stride: int = 0) -> str:
+    """Write the SavedModel (see the module docstring) to `export_dir`; returns it. `doc_stride`: a tagger's
+    window stride in serve_text without a `problem` (which otherwise says it)."""
     if checkpoint:
         tf.train.Checkpoint(model=model).read(checkpoint).assert_existing_objects_matched()
         log.info("exporting the weights of %s", checkpoint)
@@ -129,7 +130,7 @@ def export_classifier(model: FinetuneModel, export_dir: str, *, problem: Finetun
             labels = list(problem.serving_labels(data_dir))
         if tokenizer is None:
             tokenizer = make_tokenizer(problem, data_dir, model, family, max_seq_length)
-    doc_stride = problem.serving_doc_stride(data_dir) if problem is not None else 0
+    doc_stride = problem.serving_doc_stride(data_dir) if problem is not None else doc_stride
     module = ServingModule(model, max_seq_length, labels, tokenizer, doc_stride)
     tmp = export_dir.rstrip("/") + ".tmp"
     for path in (tmp,):

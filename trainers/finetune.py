@@ -89,6 +89,7 @@ def finetune(
     model_size: str | None = None,
     model_config_file: str | None = None,
     model_overrides: dict | None = None,
+    model_settings: dict | None = None,
     init_checkpoint: str | None = None,
     init_head: bool = False,
     max_seq_length: int | None = None,
@@ -130,7 +131,9 @@ def finetune(
       setting follows the model (xlnet_classifier -> sentencepiece, else wordpiece).
     model_size / model_config_file / model_overrides: the encoder (a preset, an original config json,
       single fields replaced, e.g. {'num_hidden_layers': 2}).
-    init_head: also load the head of a TF1 or Hugging Face init_checkpoint (an HF classifier's; same labels).
+    model_settings: the model's own settings (its class's `Settings` fields), e.g. {'head': 'hf'}.
+    init_head: also load the head of a TF1 or Hugging Face init_checkpoint (an HF classifier's; same labels);
+      an HF head unlike the original's (ElectraForSequenceClassification ...) brings its head variant.
     layerwise_lr_decay: ELECTRA's layer-wise LR decay (0.8 in its configs; 1 = off).
     """
     from textrain.framework import errors, registry
@@ -173,14 +176,25 @@ def finetune(
             raise errors.UserError(f"finetune.num_train_steps is {num_train_steps} ({train_examples} train examples, "
                                    f"batch {train_batch_size}, {num_train_epochs} epochs): bind a positive value")
         num_warmup_steps = int(num_train_steps * warmup_proportion)
-        if init_checkpoint and not model_config_file and hf_format.is_hf_directory(init_checkpoint):
-            # A Hugging Face model brings its architecture: its config.json decides, not the gin file's size preset.
-            model_config_file = init_checkpoint
-            log.info("model config from %s/config.json (model_size %r not used)", init_checkpoint, model_size)
+        settings = checked_model_settings(model, model_cls, model_settings)
+        head_scope = task  # the task name in a task-scoped head's TF1 names (ELECTRA, XLNet)
+        if init_checkpoint and hf_format.is_hf_directory(init_checkpoint):
+            head_scope = hf_format.HF_TASK_NAME  # the names an HF directory's head is read under (init_head)
+            config = hf_format.read_config(init_checkpoint)
+            if not model_config_file:
+                # A Hugging Face model brings its architecture: its config.json decides, not the gin file's size.
+                model_config_file = init_checkpoint
+                log.info("model config from %s/config.json (model_size %r not used)", init_checkpoint, model_size)
+            if init_head:
+                check_head_labels(init_checkpoint, config, problem.label_list(data_dir))
+            variant = hf_format.HEAD_VARIANTS.get(hf_format.architecture_of(config, init_checkpoint))
+            if init_head and variant and "head" not in settings:  # its fine-tuned head is kept: its own variant
+                settings["head"] = variant
+                log.info("head=%r: the head of %s", variant, init_checkpoint)
         spec = RunSpec(
             problem=ProblemSpec(task, problem.hparams),
-            model=ModelSpec(model, dict(num_labels=num_labels, task_type=task_type, size=model_size,
-                                        config_file=model_config_file, overrides=model_overrides, task_name=task)),
+            model=ModelSpec(model, dict(settings, num_labels=num_labels, task_type=task_type, size=model_size,
+                                        config_file=model_config_file, overrides=model_overrides, task_name=head_scope)),
             data_dir=data_dir,
             train=TrainConfig(
                 model_dir=model_dir, num_train_steps=num_train_steps, global_batch_size=train_batch_size,
@@ -263,6 +277,33 @@ def finetune_model_class(name: str) -> type:
         raise UserError(f"finetune.model={name!r} is not a fine-tuning model; use one with a task head: "
                         f"{', '.join(heads)}")
     return cls
+
+
+def check_head_labels(path: str, config: dict, labels: list[str]) -> None:
+    """init_head from an HF directory: its id2label, where it names labels, must be the task's in the same
+    order, or each row of its head would score another label."""
+    from textrain.framework.errors import UserError
+    from textrain.models import hf_format
+
+    names = hf_format.label_names(config)
+    if not names or all(n == f"LABEL_{i}" for i, n in enumerate(names)) or len(names) != len(labels):
+        return  # unnamed (transformers' default) or another count: the head's shape check says it
+    if names != list(labels):
+        raise UserError(f"finetune.init_head: {path}/config.json's id2label ({', '.join(names)}) is not the task's "
+                        f"label order ({', '.join(labels)}): its head's rows would score other labels")
+
+
+def checked_model_settings(name: str, model_cls: type, settings: dict | None) -> dict[str, Any]:
+    """finetune.model_settings, each key a field of the model's declared `Settings` (models/base.py)."""
+    from textrain.framework.errors import UserError
+
+    settings = dict(settings or {})
+    known = {f.name for f in dataclasses.fields(model_cls.Settings)} if model_cls.Settings is not None else set()
+    unknown = sorted(set(settings) - known)
+    if unknown:
+        raise UserError(f"finetune.model_settings: {name} has no setting {', '.join(unknown)}; its settings: "
+                        f"{', '.join(sorted(known)) or '(none)'}")
+    return settings
 
 
 def build_task_problem(task: str, hparams: dict, shared: dict | None = None):

@@ -5,9 +5,12 @@ Run once, in a venv of its own (CI needs only safetensors; the fixtures are comm
 
     python3 -m venv /tmp/hf-venv
     /tmp/hf-venv/bin/pip install torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl transformers safetensors
-    /tmp/hf-venv/bin/python tests/data/hf/make_fixtures.py tests/data/hf
+    /tmp/hf-venv/bin/python tests/data/hf/make_fixtures.py tests/data/hf [ARCHITECTURE ...]
 
-Versions used for the committed fixtures: torch 2.13.0+cpu, transformers 5.24.0, safetensors 0.8.0.
+Naming architectures writes only those (the others' committed files stay as they are); each keeps its seed.
+Versions used for the committed fixtures: torch 2.13.0+cpu, transformers 5.24.0, safetensors 0.8.0 (all of
+them, the *ForTokenClassification ones included; re-running every architecture with these versions rewrites
+the committed files byte for byte).
 
 Every parameter is moved by N(0, 0.05) after initialisation, so a LayerNorm or bias that an import skips
 (left at its init value) changes the outputs. `<arch>/io.safetensors` holds the inputs (`input_ids`,
@@ -32,6 +35,9 @@ BERT_ARCHS = ("BertModel", "BertForPreTraining", "BertForMaskedLM", "BertForSequ
 ELECTRA_ARCHS = ("ElectraForPreTraining", "ElectraForMaskedLM", "ElectraForSequenceClassification",
                  "ElectraForQuestionAnswering")
 XLNET_ARCHS = ("XLNetModel", "XLNetLMHeadModel", "XLNetForSequenceClassification", "XLNetForQuestionAnswering")
+# Added after the others (so their seeds are unchanged): a tagger's labels, named as a BIO scheme's.
+TOKEN_ARCHS = ("BertForTokenClassification", "ElectraForTokenClassification", "XLNetForTokenClassification")
+TAGS = ("O", "B-PER", "I-PER", "B-LOC", "I-LOC")
 
 
 def inputs(seed: int = 0) -> dict[str, np.ndarray]:
@@ -45,6 +51,11 @@ def inputs(seed: int = 0) -> dict[str, np.ndarray]:
 
 
 def config_for(arch: str) -> transformers.PretrainedConfig:
+    if arch in TOKEN_ARCHS:
+        config = config_for(arch.replace("ForTokenClassification", "ForSequenceClassification"))
+        config.id2label = dict(enumerate(TAGS))
+        config.label2id = {t: i for i, t in enumerate(TAGS)}
+        return config
     labels = 2 if arch.endswith("QuestionAnswering") else 3  # a span head has exactly start and end
     if arch.startswith("Bert"):
         return transformers.BertConfig(**SMALL, num_labels=labels)
@@ -105,11 +116,17 @@ def make(arch: str, root: str, seed: int, made: dict[str, torch.nn.Module]) -> N
     print(arch, sorted(io))
 
 
-def main(root: str) -> None:
+def main(root: str, only: list[str]) -> None:
     made: dict[str, torch.nn.Module] = {}
-    for seed, arch in enumerate(BERT_ARCHS + ELECTRA_ARCHS + XLNET_ARCHS):
-        make(arch, root, seed, made)
+    archs = BERT_ARCHS + ELECTRA_ARCHS + XLNET_ARCHS + TOKEN_ARCHS
+    unknown = sorted(set(only) - set(archs))
+    if unknown:
+        sys.exit(f"unknown architectures: {', '.join(unknown)}; known: {', '.join(archs)}")
+    for seed, arch in enumerate(archs):
+        # ElectraForMaskedLM copies ElectraForPreTraining's embeddings, so that one is always built.
+        if not only or arch in only or (arch == "ElectraForPreTraining" and "ElectraForMaskedLM" in only):
+            make(arch, root, seed, made)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(os.path.abspath(__file__)))
+    main(sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(os.path.abspath(__file__)), sys.argv[2:])
