@@ -12,7 +12,7 @@ from typing import Iterator, Sequence
 
 from absl import logging
 
-from textrain.framework import corpus
+from textrain.framework import corpus, shuffle
 from textrain.framework.errors import UserError
 
 BAD_ROW_POLICIES = ("error", "skip")
@@ -71,11 +71,7 @@ def read_tsv_rows(paths: Sequence[str], columns: Columns, on_bad_utf8: str = "er
                 if on_bad_row == "skip":
                     skipped.append(lineno)
                     continue
-                raise UserError(f"{path}:{lineno}: {len(fields)} tab-separated columns, expected "
-                                f"{expected} (as the {'header' if columns.header else 'first row'}); a tab or "
-                                f"newline inside a text field, or a truncated row? (the setting on_bad_row=skip "
-                                f"leaves such rows out: --on_bad_row=skip for textrain-datagen, "
-                                f"finetune.problem_hparams={{'on_bad_row': 'skip'}} for textrain-finetune)")
+                raise UserError(shuffle.bad_row_message(f"{path}:{lineno}", len(fields), expected, columns.header))
             yield Row(index=index, text_a=fields[columns.text_a],
                       text_b=fields[columns.text_b] if columns.text_b is not None else None,
                       label=fields[columns.label].strip() if columns.label is not None else None,
