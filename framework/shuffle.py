@@ -206,7 +206,7 @@ def bad_row_message(where: str, found: int, expected: int, header: bool) -> str:
 
 
 @dataclasses.dataclass
-class _TableState:
+class TableState:
     """Where a reading of a table stands: its column count and header line once seen, the next row's index."""
 
     columns: int
@@ -215,7 +215,7 @@ class _TableState:
     skipped: list[int] = dataclasses.field(default_factory=list)
 
 
-def _table_rows(table: TableFile, lines: Iterable[tuple[int, str]], on_bad_row: str, state: _TableState
+def table_rows(table: TableFile, lines: Iterable[tuple[int, str]], on_bad_row: str, state: TableState
                 ) -> Iterator[tuple[int, int, str]]:
     """(line number, row index, line) of the data rows among `lines`: blank lines, the header and (with
     on_bad_row=skip) rows with a wrong column count left out; a leading byte-order mark dropped."""
@@ -239,6 +239,12 @@ def _table_rows(table: TableFile, lines: Iterable[tuple[int, str]], on_bad_row: 
         state.row += 1
 
 
+def warn_skipped_rows(path: str, lines: list[int]) -> None:
+    if lines:
+        logging.warning("%s: skipped %d row(s) with a wrong column count (lines %s%s)", path, len(lines),
+                        ", ".join(map(str, lines[:5])), ", ..." if len(lines) > 5 else "")
+
+
 def _table_partitions(corpus_spec: DocumentCorpus, partition_bytes: int) -> list[Partition]:
     """Every table read once here (its rows counted and checked); a plain one cut at line ends about every
     `partition_bytes` (a newline count pass), each partition knowing its first line and row index."""
@@ -248,20 +254,17 @@ def _table_partitions(corpus_spec: DocumentCorpus, partition_bytes: int) -> list
         cuts: list[tuple[int, int]] = []
         if _splittable(table.path, False) and fileio.stat(table.path).length > partition_bytes:
             cuts = _line_cuts(table.path, partition_bytes)[0]
-        state = _TableState(table.columns, 0, rows.get(table.split, 0))
+        state = TableState(table.columns, 0, rows.get(table.split, 0))
         bounds = [(0, 0, state.row)]  # (lines before, byte offset, rows before)
         lines = corpus.iter_lines(table.path, corpus_spec.on_bad_utf8)
         for lines_before, offset in cuts:
-            for _ in _table_rows(table, _take_until(lines, lines_before), corpus_spec.on_bad_row, state):
+            for _ in table_rows(table, _take_until(lines, lines_before), corpus_spec.on_bad_row, state):
                 pass
             bounds.append((lines_before, offset, state.row))
-        for _ in _table_rows(table, lines, corpus_spec.on_bad_row, state):
+        for _ in table_rows(table, lines, corpus_spec.on_bad_row, state):
             pass
         rows[table.split] = state.row
-        if state.skipped:
-            logging.warning("%s: skipped %d row(s) with a wrong column count (lines %s%s)", table.path,
-                            len(state.skipped), ", ".join(map(str, state.skipped[:5])),
-                            ", ..." if len(state.skipped) > 5 else "")
+        warn_skipped_rows(table.path, state.skipped)
         ends: list[int | None] = [b[1] for b in bounds[1:]] + [fileio.stat(table.path).length if cuts else None]
         for (lines_before, start, first_row), end in zip(bounds, ends):
             out.append(Partition(len(out), file_index, table.path, start, end,
@@ -410,9 +413,9 @@ def _partition_rows(corpus_spec: DocumentCorpus, part: Partition) -> Iterator[tu
     else:
         lines = enumerate(_range_lines(table.path, corpus_spec.on_bad_utf8, part.byte_range, part.first_line),
                           start=part.first_line)
-    state = _TableState(part.columns, part.header_line, part.first_row)
+    state = TableState(part.columns, part.header_line, part.first_row)
     held_out = corpus_spec.dev_fraction if table.split == SPLIT_TRAIN else 0.0
-    for lineno, row, line in _table_rows(table, lines, corpus_spec.on_bad_row, state):
+    for lineno, row, line in table_rows(table, lines, corpus_spec.on_bad_row, state):
         split = SPLIT_EVAL if is_dev_document(row, held_out) else table.split
         yield f"{part.file_index}\t{lineno}\t{row}\t{line}", (split, row)
 

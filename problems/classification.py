@@ -43,7 +43,7 @@ from textrain.framework.problem import DatasetSplit
 from textrain.framework.settings import help_text
 from textrain.framework.tasks import TASK_TYPES, FinetuneTask, tokenizer_file
 from textrain.problems.layouts import bert_layout, xlnet_layout
-from textrain.problems.tsv_reader import BAD_ROW_POLICIES, Columns, Row, read_tsv_rows
+from textrain.problems.tsv_reader import BAD_ROW_POLICIES, Columns, Row, read_tsv_rows, row_of
 
 
 def setting(default, text: str):
@@ -260,10 +260,7 @@ class ClassificationProblem(FinetuneTask):
         columns = self.split_columns(split)
         for text in shuffle.shard_texts(spec, split, shard_id, num_shards):
             path, lineno, index, fields = shuffle.table_row(spec, text)
-            yield self.encode_row(Row(index=index, text_a=fields[columns.text_a],
-                                      text_b=fields[columns.text_b] if columns.text_b is not None else None,
-                                      label=fields[columns.label].strip() if columns.label is not None else None,
-                                      where=f"{path}:{lineno}"), data_dir)
+            yield self.encode_row(row_of(fields, columns, index, f"{path}:{lineno}"), data_dir)
 
     def encode_sample(self, sample: dict, encoders: dict) -> dict:
         raise NotImplementedError("use encode_row(row, data_dir)")
