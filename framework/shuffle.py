@@ -16,6 +16,13 @@ Decisions:
   same line numbers, found by a count pass over both in the planner (which also checks their line
   counts), so planning reads the pair once more; a pair's split is its line number's (n % dev_every),
   its shard the hash of its text.
+- Table rows (the classification tasks' tab-separated files, `tables`): a unit is a data row, carried
+  as "file index, line, row index, the line"; a plain file is cut at line ends (a count pass as for line
+  pairs) and a pass over every file in the planner finds each partition's first line, first row index
+  (a split's rows are numbered across its files) and the file's column count, and stops on a bad row
+  (naming file:line) before any work. A row keeps the originals' rule: its shard is its index mod the
+  split's shard count, dev (with dev_fraction) exactly every 1/f-th row of the train files
+  (`is_dev_document`): not a hash, so a task's shards keep the row order it always had.
 - Order: a shard's documents come in corpus order (partition order, then order within the partition,
   which is file order then byte/record order), so cutting the corpus differently gives the same shard.
 - Spill files (local runner, --num_tasks): one per partition, `<spill dir>/part-NNNNN.spill`: the
@@ -47,6 +54,7 @@ from typing import Iterable, Iterator
 from absl import logging
 
 from textrain.framework import corpus, corpus_formats, fileio, locks
+from textrain.framework.errors import UserError
 
 DEFAULT_PARTITION_MB = 64
 _PROBE_BYTES = 1 << 16  # read at a time when moving a cut to the next document boundary
@@ -68,10 +76,26 @@ class DocumentCorpus:
     # each, its text "source\ntarget"; it is dev when n % dev_every == 0 (a position, as the files number it).
     pairs: bool = False
     dev_every: int = 0
+    # Table rows: `paths` are the tables' paths; dev_fraction then holds out exactly every 1/f-th row of
+    # the train tables (`is_dev_document`), not a hash's share.
+    tables: tuple["TableFile", ...] = ()
+    on_bad_row: str = "error"  # a row with a wrong column count: error | skip
 
     def files(self) -> list[tuple[str, str | None]]:
         """(path, the split its documents all go to; None: by their hash), in corpus order."""
         return [(p, None) for p in self.paths] + [(p, SPLIT_EVAL) for p in self.dev_paths]
+
+
+@dataclasses.dataclass(frozen=True)
+class TableFile:
+    """A tab-separated file read as rows: the split its rows go to, whether its first non-blank line is
+    a header, its column count (0: the header's or the first row's) and whether more columns are bad."""
+
+    path: str
+    split: str
+    header: bool
+    columns: int = 0
+    exact: bool = True
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,7 +110,10 @@ class Partition:
     part: tuple[int, int] | None = None  # Parquet row groups / Arrow record batches [start, stop)
     split: str | None = None  # the split of a dev file's documents (None: by their hash)
     target_range: tuple[int, int] | None = None  # line pairs: the target file's bytes of these lines
-    first_line: int = 1  # line pairs: the (1-based) number of the range's first line
+    first_line: int = 1  # line pairs, tables: the (1-based) number of the range's first line
+    first_row: int = 0  # tables: the index of the range's first data row (within its split)
+    columns: int = 0  # tables: the file's column count
+    header_line: int = 0  # tables: the file's first non-blank line (the header or the first row)
 
     @property
     def byte_range(self) -> tuple[int, int] | None:
@@ -127,6 +154,8 @@ def plan_partitions(corpus_spec: DocumentCorpus, partition_bytes: int) -> list[P
     """The corpus's partitions, in corpus order (see the module docstring)."""
     if corpus_spec.pairs:
         return _pair_partitions(corpus_spec, partition_bytes)
+    if corpus_spec.tables:
+        return _table_partitions(corpus_spec, partition_bytes)
     out: list[Partition] = []
     for file_index, (path, split) in enumerate(corpus_spec.files()):
         if _record_parts(path, corpus_spec.whole_files):
@@ -161,6 +190,97 @@ def _pair_partitions(corpus_spec: DocumentCorpus, partition_bytes: int) -> list[
     bounds.append((source_lines, source_size, target_size))
     return [Partition(i, 0, source, a[1], b[1], target_range=(a[2], b[2]), first_line=a[0] + 1)
             for i, (a, b) in enumerate(zip(bounds, bounds[1:])) if b[1] > a[1]]
+
+
+def is_dev_document(index: int, dev_fraction: float) -> bool:
+    """Exactly floor(N * f) of N rows, spread evenly, go to the dev split (table rows; documents of a
+    document corpus are assigned by a hash of their text)."""
+    return dev_fraction > 0 and int((index + 1) * dev_fraction) > int(index * dev_fraction)
+
+
+def bad_row_message(where: str, found: int, expected: int, header: bool) -> str:
+    return (f"{where}: {found} tab-separated columns, expected {expected} (as the "
+            f"{'header' if header else 'first row'}); a tab or newline inside a text field, or a truncated row? "
+            f"(the setting on_bad_row=skip leaves such rows out: --on_bad_row=skip for textrain-datagen, "
+            f"finetune.problem_hparams={{'on_bad_row': 'skip'}} for textrain-finetune)")
+
+
+@dataclasses.dataclass
+class TableState:
+    """Where a reading of a table stands: its column count and header line once seen, the next row's index."""
+
+    columns: int
+    header_line: int
+    row: int
+    skipped: list[int] = dataclasses.field(default_factory=list)
+
+
+def table_rows(table: TableFile, lines: Iterable[tuple[int, str]], on_bad_row: str, state: TableState
+                ) -> Iterator[tuple[int, int, str]]:
+    """(line number, row index, line) of the data rows among `lines`: blank lines, the header and (with
+    on_bad_row=skip) rows with a wrong column count left out; a leading byte-order mark dropped."""
+    for lineno, line in lines:
+        if (not state.header_line or lineno <= state.header_line) and line.startswith("\ufeff"):
+            line = line[1:]
+        if not line.strip():
+            continue
+        found = line.count("\t") + 1
+        if not state.header_line:
+            state.header_line = lineno
+            state.columns = found if table.header else (state.columns or found)
+        if lineno == state.header_line and table.header:
+            continue
+        if found < state.columns or (table.exact and found > state.columns):
+            if on_bad_row == "skip":
+                state.skipped.append(lineno)
+                continue
+            raise UserError(bad_row_message(f"{table.path}:{lineno}", found, state.columns, table.header))
+        yield lineno, state.row, line
+        state.row += 1
+
+
+def warn_skipped_rows(path: str, lines: list[int]) -> None:
+    if lines:
+        logging.warning("%s: skipped %d row(s) with a wrong column count (lines %s%s)", path, len(lines),
+                        ", ".join(map(str, lines[:5])), ", ..." if len(lines) > 5 else "")
+
+
+def _table_partitions(corpus_spec: DocumentCorpus, partition_bytes: int) -> list[Partition]:
+    """Every table read once here (its rows counted and checked); a plain one cut at line ends about every
+    `partition_bytes` (a newline count pass), each partition knowing its first line and row index."""
+    out: list[Partition] = []
+    rows: dict[str, int] = {}  # a split's rows are numbered across its files
+    for file_index, table in enumerate(corpus_spec.tables):
+        cuts: list[tuple[int, int]] = []
+        if _splittable(table.path, False) and fileio.stat(table.path).length > partition_bytes:
+            cuts = _line_cuts(table.path, partition_bytes)[0]
+        state = TableState(table.columns, 0, rows.get(table.split, 0))
+        bounds = [(0, 0, state.row)]  # (lines before, byte offset, rows before)
+        lines = corpus.iter_lines(table.path, corpus_spec.on_bad_utf8)
+        for lines_before, offset in cuts:
+            for _ in table_rows(table, _take_until(lines, lines_before), corpus_spec.on_bad_row, state):
+                pass
+            bounds.append((lines_before, offset, state.row))
+        for _ in table_rows(table, lines, corpus_spec.on_bad_row, state):
+            pass
+        rows[table.split] = state.row
+        warn_skipped_rows(table.path, state.skipped)
+        ends: list[int | None] = [b[1] for b in bounds[1:]] + [fileio.stat(table.path).length if cuts else None]
+        for (lines_before, start, first_row), end in zip(bounds, ends):
+            out.append(Partition(len(out), file_index, table.path, start, end,
+                                 first_line=lines_before + 1, first_row=first_row, columns=state.columns,
+                                 header_line=state.header_line))
+    return out
+
+
+def _take_until(lines: Iterator[tuple[int, str]], last: int) -> Iterator[tuple[int, str]]:
+    """The lines of `lines` up to line number `last` (the iterator goes on after it)."""
+    if last <= 0:
+        return
+    for lineno, line in lines:
+        yield lineno, line
+        if lineno >= last:
+            return
 
 
 def _newline_counts(path: str) -> Iterator[tuple[int, bytes]]:
@@ -216,9 +336,13 @@ def document_key(text: str) -> str:
     return "\n".join(corpus.document_lines(text))
 
 
-def assign(text: str, dev_fraction: float, shards: dict[str, int], split: str | None = None) -> tuple[str, int]:
+def assign(text: str, dev_fraction: float, shards: dict[str, int],
+           split: str | tuple[str, int] | None = None) -> tuple[str, int]:
     """(split, shard) of a document: a hash of its text alone (module docstring); `split`: the split of
-    a dev file's documents, which only their shard is drawn for."""
+    a dev file's documents, which only their shard is drawn for, or (split, a table row's index), whose
+    shard is the index mod the split's shard count."""
+    if isinstance(split, tuple):
+        return split[0], split[1] % shards.get(split[0], 1)
     h = int.from_bytes(hashlib.blake2b(document_key(text).encode("utf-8"), digest_size=8).digest(), "little")
     if split is None:
         split = SPLIT_EVAL if dev_fraction > 0 and (h >> 11) / float(1 << 53) < dev_fraction else SPLIT_TRAIN
@@ -250,11 +374,14 @@ def partition_texts(corpus_spec: DocumentCorpus, part: Partition,
 
 
 def partition_units(corpus_spec: DocumentCorpus, part: Partition, bad: list[tuple[str, str]] | None = None
-                    ) -> Iterator[tuple[str, str | None]]:
+                    ) -> Iterator[tuple[str, str | tuple[str, int] | None]]:
     """The units of one partition in order, each with the split it goes to (None: its hash decides):
     documents (`partition_texts`), or line pairs."""
     if corpus_spec.pairs:
         yield from _partition_pairs(corpus_spec, part)
+        return
+    if corpus_spec.tables:
+        yield from _partition_rows(corpus_spec, part)
         return
     for text in partition_texts(corpus_spec, part, bad):
         yield text, part.split
@@ -275,6 +402,28 @@ def _partition_pairs(corpus_spec: DocumentCorpus, part: Partition) -> Iterator[t
         s, t = s.strip(), t.strip()
         if s and t:
             yield f"{s}\n{t}", (SPLIT_EVAL if every and n % every == 0 else SPLIT_TRAIN)
+
+
+def _partition_rows(corpus_spec: DocumentCorpus, part: Partition) -> Iterator[tuple[str, tuple[str, int]]]:
+    """A table's data rows as "file index\tline\trow index\tthe line" (`table_row` reads it back), each
+    with (its split, its index)."""
+    table = corpus_spec.tables[part.file_index]
+    if part.byte_range is None:
+        lines: Iterable[tuple[int, str]] = corpus.iter_lines(table.path, corpus_spec.on_bad_utf8)
+    else:
+        lines = enumerate(_range_lines(table.path, corpus_spec.on_bad_utf8, part.byte_range, part.first_line),
+                          start=part.first_line)
+    state = TableState(part.columns, part.header_line, part.first_row)
+    held_out = corpus_spec.dev_fraction if table.split == SPLIT_TRAIN else 0.0
+    for lineno, row, line in table_rows(table, lines, corpus_spec.on_bad_row, state):
+        split = SPLIT_EVAL if is_dev_document(row, held_out) else table.split
+        yield f"{part.file_index}\t{lineno}\t{row}\t{line}", (split, row)
+
+
+def table_row(corpus_spec: DocumentCorpus, text: str) -> tuple[str, int, int, list[str]]:
+    """(path, line number, row index, fields) of a table row's unit text (`_partition_rows`)."""
+    file_index, lineno, row, line = text.split("\t", 3)
+    return corpus_spec.tables[int(file_index)].path, int(lineno), int(row), line.split("\t")
 
 
 def _range_lines(path: str, on_bad_utf8: str, byte_range: tuple[int, int] | None, first_line: int) -> Iterator[str]:
@@ -542,7 +691,7 @@ def all_texts(corpus_spec: DocumentCorpus) -> Iterable[str]:
     return (text for text, _ in _all_units(corpus_spec))
 
 
-def _all_units(corpus_spec: DocumentCorpus) -> Iterator[tuple[str, str | None]]:
+def _all_units(corpus_spec: DocumentCorpus) -> Iterator[tuple[str, str | tuple[str, int] | None]]:
     """Every unit of the corpus with its fixed split (`partition_units`), in corpus order."""
     parts = plan_partitions(corpus_spec, 1 << 62)
     bad: list[tuple[str, str]] = []
@@ -560,10 +709,12 @@ def plan_identity(corpus_spec: DocumentCorpus, parts: list[Partition], shards: d
         st = fileio.stat(path)
         files.append([str(path), st.length, getattr(st, "mtime_nsec", 0)])
     return {"corpus": dataclasses.asdict(corpus_spec) | {"paths": [str(p) for p in corpus_spec.paths],
-                                                        "dev_paths": [str(p) for p in corpus_spec.dev_paths]},
+                                                        "dev_paths": [str(p) for p in corpus_spec.dev_paths],
+                                                        "tables": [[str(t.path), t.split, t.header, t.columns,
+                                                                    t.exact] for t in corpus_spec.tables]},
             "files": files, "shards": shards,
-            "partitions": [[p.file_index, p.start, p.end, p.split, p.target_range, p.first_line, p.part]
-                           for p in parts]}
+            "partitions": [[p.file_index, p.start, p.end, p.split, p.target_range, p.first_line, p.part,
+                            p.first_row, p.columns, p.header_line] for p in parts]}
 
 
 def planned_partitions(directory: str, corpus_spec: DocumentCorpus, shards: dict[str, int]) -> list[Partition] | None:
@@ -576,8 +727,10 @@ def planned_partitions(directory: str, corpus_spec: DocumentCorpus, shards: dict
         return None
     paths = [path for path, _ in corpus_spec.files()]
     return [Partition(i, f, paths[f], start, end, part=tuple(part) if part else None, split=split,
-                      target_range=tuple(target) if target else None, first_line=first)
-            for i, (f, start, end, split, target, first, part) in enumerate(marker["partitions"])]
+                      target_range=tuple(target) if target else None, first_line=first, first_row=row,
+                      columns=columns, header_line=header)
+            for i, (f, start, end, split, target, first, part, row, columns, header)
+            in enumerate(marker["partitions"])]
 
 
 def prepare_directory(directory: str, identity: dict) -> None:

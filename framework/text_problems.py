@@ -149,10 +149,6 @@ class Text2SelfProblem(Problem):
         return {"targets": tf.io.VarLenFeature(tf.int64)}
 
 
-def is_dev_document(index: int, dev_fraction: float) -> bool:
-    """Exactly floor(N * f) of N rows, spread evenly, go to the dev split (table rows; documents of a
-    document corpus are assigned by a hash of their text: framework/shuffle.py)."""
-    return dev_fraction > 0 and int((index + 1) * dev_fraction) > int(index * dev_fraction)
 
 
 class WordpieceCorpusProblem(Problem):

@@ -36,14 +36,14 @@ from typing import ClassVar, Iterator
 
 import numpy as np
 
-from textrain.framework import corpus_formats, fileio
+from textrain.framework import corpus_formats, fileio, shuffle
 from textrain.framework.errors import UserError
 from textrain.framework.lazy_tf import tf
 from textrain.framework.problem import DatasetSplit
 from textrain.framework.settings import help_text
 from textrain.framework.tasks import TASK_TYPES, FinetuneTask, tokenizer_file
 from textrain.problems.layouts import bert_layout, xlnet_layout
-from textrain.problems.tsv_reader import Columns, Row, read_tsv_rows
+from textrain.problems.tsv_reader import BAD_ROW_POLICIES, Columns, Row, read_tsv_rows, row_of
 
 
 def setting(default, text: str):
@@ -200,9 +200,25 @@ class ClassificationProblem(FinetuneTask):
     def shuffle_split(self, split: str) -> bool:
         return split == DatasetSplit.TRAIN
 
-    def corpus_inputs(self, tmp_dir: str) -> list[str]:
-        """The files the shards read (datagen renders structured or compressed ones once: framework/generator.py)."""
-        return [p for split, _ in self.dataset_splits() for p in self.split_paths(split)]
+    def held_out_fraction(self) -> float:
+        """The share of the train rows held out as the dev split (every 1/f-th row; 0: a dev file)."""
+        return 0.0
+
+    def document_corpus(self, tmp_dir: str) -> shuffle.DocumentCorpus:
+        """Every split's files as table rows, read once by datagen and sent to their shards
+        (framework/shuffle.py: a row's shard is its index mod the split's shard count)."""
+        tables = []
+        for split, _ in self.dataset_splits():
+            if split == DatasetSplit.EVAL and self.held_out_fraction() > 0:
+                continue  # its rows are the train files'
+            columns = self.split_columns(split)
+            tables.extend(shuffle.TableFile(path, split, columns.header, self.split_num_columns(split) or 0,
+                                            self.exact_columns) for path in self.split_paths(split))
+        if self.hparams.on_bad_row not in BAD_ROW_POLICIES:
+            raise UserError(f"--on_bad_row={self.hparams.on_bad_row!r}: use {' or '.join(BAD_ROW_POLICIES)}")
+        return shuffle.DocumentCorpus(tuple(t.path for t in tables), self.hparams.on_bad_utf8,
+                                      self.held_out_fraction(), tables=tuple(tables),
+                                      on_bad_row=self.hparams.on_bad_row)
 
     def prepare(self, data_dir: str, tmp_dir: str) -> None:
         """Check the settings and files, decide the label list, write it for the workers."""
@@ -246,10 +262,12 @@ class ClassificationProblem(FinetuneTask):
             yield self.encode_row(row, data_dir)
 
     def generate_shard(self, data_dir, tmp_dir, split, shard_id, num_shards, seed) -> Iterator[dict]:
-        """Row i goes to shard i % num_shards (dev/test: one shard, in file order)."""
-        for row in self.rows(split):
-            if row.index % num_shards == shard_id:
-                yield self.encode_row(row, data_dir)
+        """Row i goes to shard i % num_shards (dev/test: one shard, in file order), from the corpus shuffle."""
+        spec = self.document_corpus(tmp_dir)
+        columns = self.split_columns(split)
+        for text in shuffle.shard_texts(spec, split, shard_id, num_shards):
+            path, lineno, index, fields = shuffle.table_row(spec, text)
+            yield self.encode_row(row_of(fields, columns, index, f"{path}:{lineno}"), data_dir)
 
     def encode_sample(self, sample: dict, encoders: dict) -> dict:
         raise NotImplementedError("use encode_row(row, data_dir)")

@@ -21,11 +21,10 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar, Iterator
 
-from textrain.framework import corpus, corpus_formats
+from textrain.framework import corpus, corpus_formats, shuffle
 from textrain.framework.errors import UserError
 from textrain.framework.problem import DatasetSplit
 from textrain.framework.registry import register_problem
-from textrain.framework.text_problems import is_dev_document
 from textrain.problems.classification import ClassificationHParams, ClassificationProblem, setting
 from textrain.problems.tsv_reader import Columns, Row
 
@@ -157,6 +156,9 @@ class TsvClassification(ClassificationProblem):
     def split_num_columns(self, split: str) -> int | None:
         return None
 
+    def held_out_fraction(self) -> float:
+        return self.hparams.dev_fraction
+
     def rows(self, split: str) -> Iterator[Row]:
         """With --dev_fraction, train and dev are the two parts of the train file (row i is dev when
         floor((i + 1) f) > floor(i f): exactly floor(N f) rows, spread evenly); example_index stays the
@@ -166,7 +168,7 @@ class TsvClassification(ClassificationProblem):
             yield from super().rows(split)
             return
         for row in super().rows(split):
-            if is_dev_document(row.index, fraction) == (split == DatasetSplit.EVAL):
+            if shuffle.is_dev_document(row.index, fraction) == (split == DatasetSplit.EVAL):
                 yield row
 
     # ------------------------------------------------------------------ labels

@@ -10,9 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Iterator, Sequence
 
-from absl import logging
-
-from textrain.framework import corpus
+from textrain.framework import corpus, shuffle
 from textrain.framework.errors import UserError
 
 BAD_ROW_POLICIES = ("error", "skip")
@@ -52,35 +50,16 @@ def read_tsv_rows(paths: Sequence[str], columns: Columns, on_bad_utf8: str = "er
         raise UserError(f"--on_bad_row={on_bad_row!r}: use {' or '.join(BAD_ROW_POLICIES)}")
     index = 0
     for path in paths:
-        expected = num_columns
-        first = True
-        skipped: list[int] = []
-        for lineno, line in corpus.iter_lines(path, on_bad_utf8):
-            if first and line.startswith("\ufeff"):
-                line = line[1:]
-            if not line.strip():
-                continue
-            fields = line.split("\t")
-            if first:
-                first = False
-                if columns.header:
-                    expected = len(fields)
-                    continue
-                expected = expected or len(fields)
-            if len(fields) < expected or (exact and len(fields) > expected):
-                if on_bad_row == "skip":
-                    skipped.append(lineno)
-                    continue
-                raise UserError(f"{path}:{lineno}: {len(fields)} tab-separated columns, expected "
-                                f"{expected} (as the {'header' if columns.header else 'first row'}); a tab or "
-                                f"newline inside a text field, or a truncated row? (the setting on_bad_row=skip "
-                                f"leaves such rows out: --on_bad_row=skip for textrain-datagen, "
-                                f"finetune.problem_hparams={{'on_bad_row': 'skip'}} for textrain-finetune)")
-            yield Row(index=index, text_a=fields[columns.text_a],
-                      text_b=fields[columns.text_b] if columns.text_b is not None else None,
-                      label=fields[columns.label].strip() if columns.label is not None else None,
-                      where=f"{path}:{lineno}")
-            index += 1
-        if skipped:
-            logging.warning("%s: skipped %d row(s) with a wrong column count (lines %s%s)", path, len(skipped),
-                            ", ".join(map(str, skipped[:5])), ", ..." if len(skipped) > 5 else "")
+        table = shuffle.TableFile(path, "", columns.header, num_columns or 0, exact)
+        state = shuffle.TableState(table.columns, 0, index)
+        for lineno, index, line in shuffle.table_rows(table, corpus.iter_lines(path, on_bad_utf8), on_bad_row, state):
+            yield row_of(line.split("\t"), columns, index, f"{path}:{lineno}")
+        index = state.row
+        shuffle.warn_skipped_rows(path, state.skipped)
+
+
+def row_of(fields: list[str], columns: Columns, index: int, where: str) -> Row:
+    """The row of a line's fields (the label stripped of surrounding whitespace)."""
+    return Row(index=index, text_a=fields[columns.text_a],
+               text_b=fields[columns.text_b] if columns.text_b is not None else None,
+               label=fields[columns.label].strip() if columns.label is not None else None, where=where)

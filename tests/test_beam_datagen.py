@@ -136,6 +136,37 @@ def test_translate_beam_shards_equal_local(beam, tmp_path):
     assert len(hashes["local"]) == 4 and hashes["beam"] == hashes["local"]
 
 
+@pytest.mark.slow
+def test_tsv_classification_beam_shards_equal_local(beam, tmp_path):
+    """Table rows (a train file cut into partitions, a dev file and a test file without labels)
+    through the engine's shuffle: local's shards (2 worker processes), and local's with --num_tasks=2."""
+    from textrain.framework import encoders
+    with open(EMMA, encoding="utf-8") as f:
+        lines = [line.strip().replace("\t", " ") for line in f if line.strip()][:3000]
+    rows = [f"{line}\t{'pos' if i % 3 else 'neg'}\n" for i, line in enumerate(lines)]
+    (tmp_path / "train.tsv").write_text("sentence\tlabel\n" + "".join(rows[:2500]) + "\n")
+    (tmp_path / "dev.tsv").write_text("sentence\tlabel\n" + "".join(rows[2500:]))
+    (tmp_path / "test.tsv").write_text("sentence\n" + "".join(r.split("\t")[0] + "\n" for r in rows[2700:]))
+    vocab = encoders.build_wordpiece_vocab(iter(lines), vocab_size=300, out_file=str(tmp_path / "vocab.txt"))
+    common = [sys.executable, "-m", "textrain.framework.datagen", "--problem=tsv_classification",
+              f"--train_file={tmp_path / 'train.tsv'}", f"--dev_file={tmp_path / 'dev.tsv'}",
+              f"--test_file={tmp_path / 'test.tsv'}", f"--vocab_file={vocab}", "--max_seq_length=16",
+              "--num_shards=3", "--partition_mb=0.05"]
+    hashes = {}
+    runs = (("local", [["--num_workers=2"]]), ("tasks", [["--num_tasks=2", f"--task_id={t}"] for t in range(2)]),
+            ("beam", [["--runner=beam", f"--beam_pipeline_options={DIRECT_2}"]]))
+    for name, commands in runs:
+        out = tmp_path / name
+        for extra in commands:
+            proc = subprocess.run([*common, f"--data_dir={out}", *extra], cwd=REPO, capture_output=True, text=True,
+                                  timeout=300, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+            assert proc.returncode == 0, proc.stderr[-3000:]
+        folder = out / "tsv_classification"
+        hashes[name] = {f: hashlib.sha256((folder / f).read_bytes()).hexdigest()
+                        for f in sorted(os.listdir(folder)) if f.endswith(".tfrecord")}
+    assert len(hashes["local"]) == 5 and hashes["beam"] == hashes["local"] == hashes["tasks"]
+
+
 def test_pipeline_options_in_both_forms_users_write(beam):
     from textrain.framework.beam_datagen import pipeline_args, pipeline_options
 

@@ -410,6 +410,35 @@ def test_tsv_cli_errors_name_file_line_and_label(tmp_path, vocab):
 
 
 @pytest.mark.slow
+def test_tsv_cli_rows_cut_into_partitions(tmp_path, vocab):
+    """A train file cut into 10 KB partitions: a bad row or bad bytes far into it name the file's line; with
+    --on_bad_row=skip the shards are those of the file without the bad rows (row indexes skip them too)."""
+    with open(EMMA, encoding="utf-8") as f:
+        lines = [line.strip().replace("\t", " ") for line in f if line.strip()][:1500]
+    rows = [[line, "pos" if i % 3 else "neg"] for i, line in enumerate(lines)]
+    clean = _write(tmp_path / "clean.tsv", [["sentence", "label"], *rows])
+    bad = _write(tmp_path / "bad.tsv", [["sentence", "label"], *rows[:1200], ["a", "stray", "tab"], *rows[1200:],
+                                         ["truncated"]])
+    common = ["--problem=tsv_classification", f"--vocab_file={vocab}", "--max_seq_length=16", "--partition_mb=0.01",
+              "--dev_fraction=0.1"]
+    r = _datagen(*common, f"--train_file={bad}", f"--data_dir={tmp_path / 'err'}")
+    assert r.returncode == 1 and f"{bad}:1202: 3 tab-separated columns, expected 2" in r.stderr, r.stderr[-2000:]
+    assert "Traceback" not in r.stderr
+    latin1 = tmp_path / "latin1.tsv"
+    latin1.write_bytes(open(clean, "rb").read() + b"na\xefve\tneg\n")
+    r = _datagen(*common, f"--train_file={latin1}", f"--data_dir={tmp_path / 'utf8'}")
+    assert r.returncode == 1 and f"{latin1}:1502: bytes that are not UTF-8" in r.stderr, r.stderr[-2000:]
+    shards = {}
+    for name, path in (("skip", bad), ("clean", clean)):
+        out = tmp_path / name
+        r = _datagen(*common, f"--train_file={path}", f"--data_dir={out}", "--on_bad_row=skip")
+        assert r.returncode == 0, r.stderr[-2000:]
+        folder = out / "tsv_classification"
+        shards[name] = {f: (folder / f).read_bytes() for f in sorted(os.listdir(folder)) if f.endswith(".tfrecord")}
+    assert len(shards["clean"]) == 9 and shards["skip"] == shards["clean"]
+
+
+@pytest.mark.slow
 def test_tsv_cli_single_given_labels_regression_multilabel(tmp_path, vocab):
     folder = lambda d: os.path.join(d, "tsv_classification")  # noqa: E731
     # Headerless single sentence, labels given in order (columns by index).

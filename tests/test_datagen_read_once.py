@@ -1,4 +1,4 @@
-"""xlnet_pretrain and translate datagen read their corpus once, whatever the shard and task count, through the real
+"""xlnet_pretrain, translate and tsv_classification datagen read their corpus once, whatever the shard and task count, through the real
 `textrain-datagen`: the bytes its process tree reads (rchar, tests/tree_cost.py) less those of a run over
 a 20 KB corpus (imports, the SentencePiece model) stay near twice the corpus (its partitions once,
 the spill files once) at 2 or 16 shards, and for --num_tasks=4 run one after another (each task reads only
@@ -7,7 +7,9 @@ the partitions it claims, then its shards' slices); the tasks' shards equal one 
 A shard job that reads the corpus itself (as xlnet_pretrain did: each worker or task scanned the corpus
 twice, to size the documents, then to read its contiguous ranges) reads ~2x the corpus per task: ~8x for
 four tasks. translate's shard jobs each read both files whole: 16x at 16 shards; now the planner's count
-pass (once: later tasks reuse its plan), the partitions and the spills read ~3x."""
+pass (once: later tasks reuse its plan), the partitions and the spills read ~3x. tsv_classification's
+shard jobs each read the train file whole (17x at 16 shards); now the planner's passes (a newline count
+and a row count, which checks every row), the partitions and the spills read ~4x."""
 from __future__ import annotations
 
 import glob
@@ -125,3 +127,50 @@ def shard_bytes_of(data_dir: str, problem: str) -> dict[str, bytes]:
     files = sorted(glob.glob(os.path.join(data_dir, problem, "*.tfrecord")))
     assert files
     return {os.path.basename(f): open(f, "rb").read() for f in files}
+
+
+def write_table(path: str, rows: int) -> int:
+    """A headed `sentence<TAB>label` file of Emma's lines (a blank line now and then); its size."""
+    with open(EMMA, encoding="utf-8") as f:
+        lines = [line.strip().replace("\t", " ") for line in f if line.strip()]
+    with open(path, "w", encoding="utf-8") as out:
+        out.write("sentence\tlabel\n")
+        for i in range(rows):
+            out.write(("\n" if i % 89 == 7 else "") + f"{lines[i % len(lines)]}\t{'pos' if i % 3 else 'neg'}\n")
+    return os.path.getsize(path)
+
+
+def tsv(data_dir: str, train_file: str, vocab: str, *extra: str) -> tuple[float, int]:
+    cmd = [sys.executable, "-m", "textrain.framework.datagen", "--problem=tsv_classification",
+           f"--data_dir={data_dir}", f"--train_file={train_file}", f"--vocab_file={vocab}", "--labels=neg,pos",
+           "--dev_fraction=0.1", "--max_seq_length=16", *extra]
+    cpu, read, proc = run_measured(cmd, REPO)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return cpu, read
+
+
+def test_tsv_classification_reads_its_rows_once_at_any_shard_and_task_count(tmp_path):
+    """16 shards over partitions of 0.3 MB, --num_tasks=4 one after another, and one partition: the same
+    shards (a row's shard is its index mod 16, its dev share every 10th row, as before)."""
+    from textrain.framework import encoders
+    table, tiny = str(tmp_path / "train.tsv"), str(tmp_path / "tiny.tsv")
+    size = write_table(table, 40_000)
+    write_table(tiny, 100)
+    with open(EMMA, encoding="utf-8") as f:
+        vocab = encoders.build_wordpiece_vocab(iter(f.read(200_000).split("\n")), vocab_size=300,
+                                               out_file=str(tmp_path / "vocab.txt"))
+    _, startup = tsv(str(tmp_path / "tiny"), tiny, vocab, "--num_shards=1")
+    _, read_16 = tsv(str(tmp_path / "s16"), table, vocab, "--num_shards=16", "--partition_mb=0.3")
+    tasks = str(tmp_path / "tasks")
+    read_tasks = sum(tsv(tasks, table, vocab, "--num_shards=16", "--partition_mb=0.3", "--num_tasks=4",
+                         f"--task_id={t}")[1] for t in range(4))
+    tsv(str(tmp_path / "whole"), table, vocab, "--num_shards=16")
+    figures = (f"table {size / 1e6:.1f} MB, start-up {startup / 1e6:.1f} MB; beyond it 16 shards read "
+               f"{(read_16 - startup) / size:.2f}x, 4 tasks {(read_tasks - 4 * startup) / size:.2f}x the table")
+    print(figures)
+    assert read_16 - startup <= 5.0 * size, figures  # the code before: ~17x
+    assert read_tasks - 4 * startup <= 6.0 * size, figures
+    expected = shard_bytes_of(str(tmp_path / "s16"), "tsv_classification")
+    assert len(expected) == 17  # 16 train shards and the dev shard
+    assert shard_bytes_of(tasks, "tsv_classification") == expected
+    assert shard_bytes_of(str(tmp_path / "whole"), "tsv_classification") == expected
