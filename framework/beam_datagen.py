@@ -40,7 +40,7 @@ one partition's documents. Worker memory is thus set by --num_shards, not by the
 """
 from __future__ import annotations
 
-import logging as std_logging
+import logging as std_logging  # Beam logs through the standard library: quietened at its logger
 import shlex
 import time
 from typing import Iterator, Sequence
