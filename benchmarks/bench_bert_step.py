@@ -5,7 +5,7 @@ One step = forward (MLM on the masked positions only + NSP) + backward + AdamW u
 clipping, on a fixed random batch shaped like create_pretraining_data.py's records (BERT-base, L128,
 batch 32, 20 predictions by default).
 
-- Ours: `trainers.core.Trainer`, the step every trainer CLI runs (benchmarks/step_bench.py), with the
+- Ours: `trainers.core.Trainer`, the step every trainer CLI runs (benchmarks/lib/step_bench.py), with the
   optimizer `--optimizer=adamw --learning_rate=1e-4 --num_warmup_steps=10000 --weight_decay=0.01
   --clip_norm=1.0` builds (BERT's AdamWeightDecayOptimizer: no bias correction, epsilon 1e-6, no decay on
   LayerNorm/bias).
@@ -50,13 +50,11 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks import step_bench  # noqa: E402
-from benchmarks.step_bench import mean  # noqa: E402
+from benchmarks.lib import step_bench  # noqa: E402
+from benchmarks.lib.peers import PEER_INSTALL, PEER_PYTHON, peer_available  # noqa: E402,F401
+from benchmarks.lib.step_bench import mean  # noqa: E402
 
 REPO = step_bench.REPO
-PEER_PYTHON = os.path.join(REPO, ".venv-bench", "bin", "python")
-PEER_INSTALL = ("python3 -m venv --system-site-packages .venv-bench && "
-                ".venv-bench/bin/pip install --no-deps keras-hub==0.32.0")
 CONFIGS = {"fp32": ("fp32", False), "bf16": ("bf16", False), "fp32_xla": ("fp32", True), "bf16_xla": ("bf16", True)}
 PRESET_HIDDEN = {"tiny": 128, "mini": 256, "small": 512, "medium": 512, "base": 768, "large": 1024}
 PRESET_LAYERS = {"tiny": 2, "mini": 4, "small": 4, "medium": 8, "base": 12, "large": 24}
@@ -215,15 +213,6 @@ def child_peer(args: argparse.Namespace) -> dict:
 
 
 # --------------------------------------------------------------------------------------------- parent
-def peer_available(python: str) -> bool:
-    if not os.path.exists(python):
-        return False
-    import subprocess
-    probe = subprocess.run([python, "-c", "import keras_hub"], capture_output=True,
-                           env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
-    return probe.returncode == 0
-
-
 def run_side(args: argparse.Namespace, side: str, config: str, python: str) -> dict:
     argv = [python, os.path.abspath(__file__), f"--child={side}:{config}"] + [
         f"--{k}={getattr(args, k)}" for k in ("size", "num_layers", "seq_len", "batch", "predictions", "vocab_size",

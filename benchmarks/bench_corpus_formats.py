@@ -2,7 +2,7 @@
 corpus grows 4x.
 
 The same documents (English prose from ../shared/corpora/en, or tests/data when absent) are written in
-every format by the real libraries (tests/corpus_fixtures.py), at two sizes (S and 4 S MB of text).
+every format by the real libraries (benchmarks/lib/corpus_fixtures.py), at two sizes (S and 4 S MB of text).
 Each measure is a fresh process (its format's library imported before the clock starts):
 - read: every document read as a problem reads them (`corpus.iter_document_texts` + `document_lines` on
   `expand_paths(..., options)`), the records parsed and turned into text as they stream;
@@ -28,7 +28,7 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
-sys.path.insert(0, os.path.join(REPO, "tests"))
+sys.path.insert(0, REPO)  # benchmarks.lib
 CORPORA = os.environ.get("TEXTRAIN_CORPORA", os.path.join(os.path.dirname(REPO), "shared", "corpora"))
 SOURCES = ["jane_austen_novels", "wikipedia_sample", "moby_dick", "python311_docs", "postgresql_docs"]
 
@@ -71,7 +71,7 @@ print(json.dumps({"cpu": best, "count": count, "reps": reps, "rss_mb": peak_kb /
 
 def documents(mb: float) -> list[list[str]]:
     """Documents (sentence lists) of about `mb` MB, the sources cycled; short documents (~6 sentences)."""
-    import corpus_fixtures as cf
+    from benchmarks.lib import corpus_fixtures as cf
     paths = [os.path.join(CORPORA, "en", f"{s}.txt.gz") for s in SOURCES]
     paths = [p for p in paths if os.path.exists(p)] or [os.path.join(REPO, "tests", "data", "austen_emma.txt")]
     docs, size = [], 0
@@ -100,7 +100,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--mb", type=float, default=4.0, help="the smaller size; the larger is 4x")
     args = parser.parse_args()
-    import corpus_fixtures as cf
+    from benchmarks.lib import corpus_fixtures as cf
     print(f"load: {os.getloadavg()[0]:.2f} (1-min average) on {os.cpu_count()} cores")
     formats = [("plain text", "corpus.txt", cf.write_text, "plain", "none"),
                ("text .zst", "corpus.txt.zst", cf.write_text, "plain", "none"),

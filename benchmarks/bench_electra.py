@@ -25,7 +25,7 @@ Figures: benchmarks/README.md.
 Step: ELECTRA-small (hidden 256, 12 layers, embedding 128, generator 64 wide) at L128 on one batch of the
 records made above (random ids in Google's vocab layout without a corpus), written once to an .npz that both sides
 read. Ours: as `trainers.core.Trainer` runs it (forward + backward + global-norm clipping + AdamW 5e-4,
-benchmarks/step_bench.py). Peer (`--sides`, default both; keras-hub 0.32.0 in .venv-bench, else "peer not
+benchmarks/lib/step_bench.py). Peer (`--sides`, default both; keras-hub 0.32.0 in .venv-bench, else "peer not
 installed: <command>" and ours alone): two keras-hub `ElectraBackbone`s with the same sizes, MLM head tied to the
 shared embedding, the same in-graph masking, Gumbel sampling, RTD loss and weights, Keras AdamW with our schedule
 and clipping (`peer_step_child` says what differs). fp32 or mixed bf16 (`mixed_bfloat16` on the peer), with or
@@ -47,9 +47,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from benchmarks import same_run  # noqa: E402  (one way to measure a side, run an original, build a corpus)
-
-SETTINGS = dict(max_seq_length=128)  # lower-case, blank lines separate documents: both sides' defaults, passed
+from benchmarks.lib import same_run  # noqa: E402  (one way to measure a side, run an original, build a corpus)
+from benchmarks.lib.electra_sides import SETTINGS, content_tokens, run_original, run_ours  # noqa: E402,F401
 
 
 def corpus_tokens(corpus: str, vocab: str) -> int:
@@ -58,53 +57,6 @@ def corpus_tokens(corpus: str, vocab: str) -> int:
     from textrain.framework.encoders import WordpieceEncoder
     encoder = WordpieceEncoder(vocab, do_lower_case=True)
     return sum(len(ids) for doc in corpus_lib.read_documents([corpus]) for ids in encoder.encode_batch(doc))
-
-
-def content_tokens(files: list[str], length: int) -> tuple[int, int]:
-    """(examples, tokens other than [CLS]/[SEP]) in ELECTRA records: what the builder kept."""
-    import tensorflow as tf
-    spec = {"input_mask": tf.io.FixedLenFeature([length], tf.int64),
-            "segment_ids": tf.io.FixedLenFeature([length], tf.int64)}
-    examples = kept = 0
-    for batch in tf.data.TFRecordDataset(files).batch(4096):
-        parsed = tf.io.parse_example(batch, spec)
-        mask, seg = parsed["input_mask"].numpy(), parsed["segment_ids"].numpy()
-        examples += len(mask)
-        kept += int(mask.sum()) - 2 * len(mask) - int((seg.max(axis=1) == 1).sum())
-    return examples, kept
-
-
-def run_original(corpus: str, vocab: str, work: str, tag: str) -> dict:
-    """The original, unchanged, on a folder holding only `corpus` (it reads every file of --corpus-dir)."""
-    folder = os.path.join(work, f"corpus_{tag}")
-    os.makedirs(folder, exist_ok=True)
-    link = os.path.join(folder, os.path.basename(corpus))
-    if not os.path.exists(link):
-        os.symlink(os.path.abspath(corpus), link)
-    out = os.path.join(work, f"original_{tag}")
-    result = same_run.run_measured(same_run.original_cmd("electra/build_pretraining_dataset.py", [
-        f"--corpus-dir={folder}", f"--vocab-file={vocab}", f"--output-dir={out}",
-        f"--max-seq-length={SETTINGS['max_seq_length']}", "--num-processes=1", "--do-lower-case"]),
-        adopt_orphans=True)
-    import glob
-    result["files"] = sorted(glob.glob(os.path.join(out, "pretrain_data.tfrecord-*")))
-    return result
-
-
-def run_ours(corpus: str, vocab: str, work: str, tag: str, workers: int, repo: str = REPO) -> dict:
-    """`python -m framework.datagen --problem=electra_pretrain ...`, as a user runs it (from `repo`)."""
-    import shutil
-    data_dir = os.path.join(work, f"ours_{tag}_w{workers}" + ("" if repo == REPO else "_baseline"))
-    shutil.rmtree(data_dir, ignore_errors=True)
-    result = same_run.run_measured([
-        sys.executable, "-m", "textrain.framework.datagen", "--problem=electra_pretrain", f"--data_dir={data_dir}",
-        f"--input_file={corpus}", f"--vocab_file={vocab}", f"--num_workers={workers}",
-        f"--max_seq_length={SETTINGS['max_seq_length']}", "--do_lower_case", "--blanks_separate_docs"],
-        cwd=repo, adopt_orphans=True)
-    import glob
-    result["files"] = sorted(glob.glob(os.path.join(data_dir, "electra_pretrain", "*.tfrecord")))
-    result["data_dir"] = data_dir
-    return result
 
 
 def bench_datagen(args, work: str) -> str:
@@ -253,7 +205,7 @@ def read_step_batch(path: str):
 
 def timed(step, steps: int, profile: str) -> dict:
     """`steps` timed steps after one warm-up; with `profile`, one more step under the profiler (op types)."""
-    from benchmarks import step_bench
+    from benchmarks.lib import step_bench
     result = step_bench.time_steps(step, 1, steps)
     if profile:
         result["profile"] = step_bench.summarise_profile(step_bench.profile_steps(step, profile))
@@ -261,10 +213,10 @@ def timed(step, steps: int, profile: str) -> dict:
 
 
 def step_child(batch_file: str, mode: str, steps: int, profile: str = "") -> dict:
-    """Ours in this (fresh) process: trainers.core.Trainer's step (benchmarks/step_bench.py), AdamW 5e-4."""
+    """Ours in this (fresh) process: trainers.core.Trainer's step (benchmarks/lib/step_bench.py), AdamW 5e-4."""
     import shutil
 
-    from benchmarks import step_bench
+    from benchmarks.lib import step_bench
     from textrain.models import electra
 
     batch, vocab_size, special = read_step_batch(batch_file)
@@ -323,7 +275,7 @@ def peer_step_child(batch_file: str, mode: str, steps: int, profile: str = "") -
     import keras_hub
     import tensorflow as tf
 
-    from benchmarks import peers
+    from benchmarks.lib import peers
 
     precision, xla = mode.split("_")[0], mode.endswith("_xla")
     keras.mixed_precision.set_global_policy("mixed_bfloat16" if precision == "bf16" else "float32")
@@ -393,7 +345,7 @@ def peer_step_child(batch_file: str, mode: str, steps: int, profile: str = "") -
 def bench_step(data_dir: str | None, modes: list[str], batch_size: int, steps: int, sides_spec: str,
                work: str, profile: str = "") -> None:
     """Each mode and side in a fresh process (its own peak RSS), beside the matmul peak measured in this run."""
-    from benchmarks import peers, step_bench
+    from benchmarks.lib import peers, step_bench
     from textrain.models import electra
     sides = peers.choose_sides(sides_spec)
     batch_file = write_step_batch(data_dir, batch_size, os.path.join(work, "step_batch.npz"))
@@ -449,7 +401,7 @@ def main() -> None:
     parser.add_argument("--step_batch_file", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.step_child:
-        from benchmarks import step_bench
+        from benchmarks.lib import step_bench
         side, mode = args.step_child.split(":")
         child = peer_step_child if side == "peer" else step_child
         print(step_bench.child_result(child(args.step_batch_file, mode, args.steps, args.profile)), flush=True)

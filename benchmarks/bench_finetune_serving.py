@@ -57,7 +57,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks import same_run, step_bench  # noqa: E402
+from benchmarks.lib import same_run, step_bench  # noqa: E402
 
 REPO = step_bench.REPO
 CORPORA = os.path.join(os.path.dirname(REPO), "shared", "corpora")

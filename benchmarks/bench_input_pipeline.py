@@ -85,7 +85,7 @@ ELECTRA_TINY = {"hidden_size": 128, "num_hidden_layers": 2, "num_attention_heads
 # ----------------------------------------------------------------------------------------------- #
 def inputs(work: str, mb: float) -> dict[str, str]:
     """Small real inputs from ../shared/corpora: an English text, a TSV, the SQuAD-like file, 20k parallel pairs."""
-    from benchmarks import same_run
+    from benchmarks.lib import same_run
     os.makedirs(work, exist_ok=True)
     en = same_run.plain_corpus(os.path.join(work, f"en_{mb:g}mb.txt"), mb)
     parallel = os.path.join(work, "parallel")

@@ -5,7 +5,7 @@
 The reference is the original itself, unchanged: ../shared/originals/bert/tokenization.py. It does
 `import tensorflow as tf` (TF1 API: tf.gfile), so this process maps `sys.modules["tensorflow"]` to
 `tf.compat.v1` while importing it, as ../shared/originals/run_original.py does, and puts the real module
-back afterwards (benchmarks/same_run.import_original). Nothing of it is copied.
+back afterwards (benchmarks/lib/same_run.import_original). Nothing of it is copied.
 
 Corpus: every line with text of ../shared/corpora/en/*.txt.gz (the whole English corpus, ~68 MB) unless
 --max_lines; without it the script says so and exits 0. The vocabulary is built from the corpus with
@@ -85,7 +85,7 @@ def main():
     print(f"corpus: {len(paths)} files, {len(lines):,} lines, {n_chars / 1e6:.1f} M chars; "
           f"vocab {vocab}; cpu affinity {sorted(os.sched_getaffinity(0))}")
 
-    from benchmarks.same_run import import_original
+    from benchmarks.lib.same_run import import_original
     tokenization = import_original("bert/tokenization.py")
     original = tokenization.FullTokenizer(vocab, do_lower_case=True)
     backends = args.backends.split(",")

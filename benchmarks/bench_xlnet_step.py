@@ -4,7 +4,7 @@ recompute (gradient checkpointing, ours only) and bf16.
 
 Sides (`--sides`, default all three; each side and variant a fresh process, `same_run.run_measured`, so its peak
 RSS is its own; the matmul peak, fp32 and bf16, is measured in its own process of the same run):
-- `ours`: `trainers.core.Trainer`'s step (benchmarks/step_bench.py: forward + backward + global-norm clipping +
+- `ours`: `trainers.core.Trainer`'s step (benchmarks/lib/step_bench.py: forward + backward + global-norm clipping +
   XLNet's Adam with bias correction, `--optimizer=adam --weight_decay=0`), full XLNet pretraining: two-stream
   attention (query stream on the num_predict targets through target_mapping), memories carried from step to step
   in the Trainer's per-replica state, the permutation mask, bi_data, dropout and attention dropout 0.1.
@@ -153,7 +153,7 @@ def run_child(args) -> dict:
     sys.path.insert(0, REPO)
     import tensorflow as tf
 
-    from benchmarks import step_bench
+    from benchmarks.lib import step_bench
     from textrain.models.xlnet import XLNetConfig, XLNetPretrainer
 
     side, variant = args.child.split(":")
@@ -191,7 +191,7 @@ def peer_child(args, bf16: bool) -> dict:
     import keras_hub
     import tensorflow as tf
 
-    from benchmarks import peers, step_bench
+    from benchmarks.lib import peers, step_bench
 
     keras.mixed_precision.set_global_policy("mixed_bfloat16" if bf16 else "float32")
     sizes = PEER_SIZES[args.preset]
@@ -243,7 +243,7 @@ def peer_child(args, bf16: bool) -> dict:
 
 def max_batch_search(args, passthrough: list[str], peak: dict) -> None:
     """GPU only: the largest batch of XLNet-Large at L512 whose step runs (doubling, then bisecting)."""
-    from benchmarks import same_run, step_bench
+    from benchmarks.lib import same_run, step_bench
 
     def fits(batch: int) -> dict | None:
         argv = [sys.executable, os.path.abspath(__file__), *passthrough, "--preset=large", "--n_layer=0",
@@ -278,11 +278,11 @@ def max_batch_search(args, passthrough: list[str], peak: dict) -> None:
 def main(argv=None) -> None:
     args = parse_args(argv)
     if args.child:
-        from benchmarks import step_bench
+        from benchmarks.lib import step_bench
         print(step_bench.child_result(run_child(args)), flush=True)
         return
     sys.path.insert(0, REPO)
-    from benchmarks import peers, step_bench
+    from benchmarks.lib import peers, step_bench
     for variant in args.variants.split(","):
         if variant not in VARIANTS:
             sys.exit(f"--variants: unknown {variant!r}; known: {', '.join(VARIANTS)}")

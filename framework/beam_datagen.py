@@ -41,7 +41,7 @@ one partition's documents. Worker memory is thus set by --num_shards, not by the
 from __future__ import annotations
 
 import contextlib
-import logging as std_logging
+import logging as std_logging  # Beam logs through the standard library: quietened at its logger
 import os
 import shlex
 import time

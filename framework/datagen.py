@@ -15,7 +15,7 @@ import time
 
 from absl import app, flags
 
-from textrain.framework import cli, errors, fileio, flag_aliases, registry
+from textrain.framework import cli, errors, fileio, flag_aliases, lazy_tf, registry
 from textrain.framework import flags as problem_flags
 
 FLAGS = flags.FLAGS
@@ -141,7 +141,7 @@ def _generate(problem) -> None:
 
 
 def run() -> None:
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    lazy_tf.quiet_start(sys.argv, import_now=False)  # datagen may need no TensorFlow at all
     try:  # the originals' flag names (create_pretraining_data.py, data_utils.py, ...): framework/flag_aliases.py
         sys.argv = flag_aliases.translate_argv(sys.argv, flag_aliases.DATAGEN)
     except ValueError as e:

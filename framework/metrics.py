@@ -171,7 +171,7 @@ def entity_scores(gold: list[list[str]], predicted: list[list[str]]) -> dict[str
     if len(gold) != len(predicted):
         raise ValueError(f"{len(gold)} gold sentences but {len(predicted)} predicted")
     correct = found = wanted = words = right = 0
-    for g, p in zip(gold, predicted):
+    for g, p in zip(gold, predicted, strict=True):
         if len(g) != len(p):
             raise ValueError(f"a sentence of {len(g)} gold tags has {len(p)} predicted")
         gold_chunks, pred_chunks = set(conll_chunks(g)), set(conll_chunks(p))
@@ -179,7 +179,7 @@ def entity_scores(gold: list[list[str]], predicted: list[list[str]]) -> dict[str
         found += len(pred_chunks)
         wanted += len(gold_chunks)
         words += len(g)
-        right += sum(a == b for a, b in zip(g, p))
+        right += sum(a == b for a, b in zip(g, p, strict=True))
     precision = correct / found if found else 0.0
     recall = correct / wanted if wanted else 0.0
     f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0

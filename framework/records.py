@@ -159,7 +159,7 @@ def _feature_entries(name: str, values: list[Any], kind: str) -> tuple[list[list
             pos += size
     parts, totals = [], []
     packed = kind != "bytes"  # Int64List/FloatList hold one packed field; BytesList repeats field 1
-    for size, data in zip(sizes, datas):
+    for size, data in zip(sizes, datas, strict=True):
         v_size = _varint(size) if packed else b""
         inner = (1 + len(v_size) + size) if packed else size   # the *List message
         v_inner = _varint(inner)
@@ -277,7 +277,7 @@ def serialize_batch(batch: SampleBatch) -> tuple[list[bytes], dict[str, float]]:
     out = []
     for i in range(n):
         parts = []
-        for head, blob, off in zip(heads, blobs, offsets):
+        for head, blob, off in zip(heads, blobs, offsets, strict=True):
             parts.append(head[i])
             parts.append(blob[off[i]:off[i + 1]])
         body = b"".join(parts)

@@ -43,6 +43,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import itertools
 import json
 import os
 import re
@@ -186,10 +187,10 @@ def _pair_partitions(corpus_spec: DocumentCorpus, partition_bytes: int) -> list[
     offsets, target_lines, target_size = _line_offsets(target, [lines for lines, _ in cuts])
     if source_lines != target_lines:
         raise corpus.CorpusError(f"{source} and {target} are not line-aligned: {source_lines} vs {target_lines} lines")
-    bounds = [(0, 0, 0)] + [(lines, at, t) for (lines, at), t in zip(cuts, offsets)]
+    bounds = [(0, 0, 0)] + [(lines, at, t) for (lines, at), t in zip(cuts, offsets, strict=True)]
     bounds.append((source_lines, source_size, target_size))
     return [Partition(i, 0, source, a[1], b[1], target_range=(a[2], b[2]), first_line=a[0] + 1)
-            for i, (a, b) in enumerate(zip(bounds, bounds[1:])) if b[1] > a[1]]
+            for i, (a, b) in enumerate(itertools.pairwise(bounds)) if b[1] > a[1]]
 
 
 def is_dev_document(index: int, dev_fraction: float) -> bool:
@@ -266,7 +267,7 @@ def _table_partitions(corpus_spec: DocumentCorpus, partition_bytes: int) -> list
         rows[table.split] = state.row
         warn_skipped_rows(table.path, state.skipped)
         ends: list[int | None] = [b[1] for b in bounds[1:]] + [fileio.stat(table.path).length if cuts else None]
-        for (lines_before, start, first_row), end in zip(bounds, ends):
+        for (lines_before, start, first_row), end in zip(bounds, ends, strict=True):
             out.append(Partition(len(out), file_index, table.path, start, end,
                                  first_line=lines_before + 1, first_row=first_row, columns=state.columns,
                                  header_line=state.header_line))
@@ -395,9 +396,10 @@ def _partition_pairs(corpus_spec: DocumentCorpus, part: Partition) -> Iterator[t
     if part.byte_range is None:
         pairs = corpus.parallel_lines(source, target, corpus_spec.on_bad_utf8)
     else:
+        # The planner cut both files at the same line numbers; the count is endless (strict cannot hold).
         pairs = zip(range(part.first_line, 1 << 62),
                     _range_lines(source, corpus_spec.on_bad_utf8, part.byte_range, part.first_line),
-                    _range_lines(target, corpus_spec.on_bad_utf8, part.target_range, part.first_line))
+                    _range_lines(target, corpus_spec.on_bad_utf8, part.target_range, part.first_line), strict=False)
     for n, s, t in pairs:
         s, t = s.strip(), t.strip()
         if s and t:

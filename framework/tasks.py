@@ -24,20 +24,17 @@ from __future__ import annotations
 
 import abc
 import json
-import logging
 import os
 from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
+from absl import logging
 
 from textrain.framework import encoders, fileio, manifests
 from textrain.framework import metrics as metric_fns
 from textrain.framework.errors import UserError
 from textrain.framework.lazy_tf import tf
 from textrain.framework.problem import DataParams, ModeKeys, Problem
-
-log = logging.getLogger("textrain.tasks")
-
 
 TOKENIZERS = ("wordpiece", "sentencepiece")
 # What a sequence-level task predicts (a FinetuneTask's and a classifier's task_type).
@@ -217,7 +214,7 @@ class FinetuneTask(Problem, abc.ABC):
         tsv, jsonl = prediction_lines(outputs, self.label_list(data_dir))
         fileio.write_text_atomic(base_path + ".tsv", tsv)
         fileio.write_text_atomic(base_path + ".jsonl", jsonl)
-        log.info("wrote %s.tsv / .jsonl (%d examples)", base_path, tsv.count("\n"))
+        logging.info("wrote %s.tsv / .jsonl (%d examples)", base_path, tsv.count("\n"))
         return base_path + ".tsv"
 
     # ---------------------------------------------------------------- export

@@ -22,7 +22,7 @@ counted in `WordContinuation.misaligned_lines`; the ids are never changed.
 """
 from __future__ import annotations
 
-import logging as std_logging
+import logging as std_logging  # jieba.setLogLevel takes a standard-library level (absl's differ)
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -105,7 +105,7 @@ class WordContinuation:
             all_runs.extend(runs)
         run_ids = _encode(self.encoder, all_runs) if all_runs else []
         out = []
-        for (first, _runs, flags), line_ids in zip(per_line, ids):
+        for (first, _runs, flags), line_ids in zip(per_line, ids, strict=True):
             mask = np.zeros(len(line_ids), dtype=bool)
             if flags:
                 pos, ok = 0, True
@@ -131,7 +131,7 @@ def _encode(encoder: Any, texts: list[str]) -> list[list[int]]:
 def mark_continuations(ids: Sequence[Sequence[int]], flags: Sequence[np.ndarray]) -> list[list[int]]:
     """The lines' ids with WORD_CONTINUES_BIT set where `flags` is True (other ids unchanged)."""
     return [np.where(f, np.asarray(line, dtype=np.int64) | WORD_CONTINUES_BIT, line).tolist() if len(line)
-            else list(line) for line, f in zip(ids, flags)]
+            else list(line) for line, f in zip(ids, flags, strict=True)]
 
 
 def split_continuations(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

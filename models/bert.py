@@ -25,10 +25,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import logging
 from typing import Any
 
 import tensorflow as tf
+from absl import logging
 
 from textrain.framework.registry import register_model
 from textrain.models import hf_format
@@ -40,8 +40,6 @@ from textrain.models.layers.embeddings import LAYER_NORM_EPS, TransformerEmbeddi
 from textrain.models.layers.fused import LayerNormalization, sparse_softmax_cross_entropy
 from textrain.models.layers.transformer import TransformerEncoder, dense_variable_map, layer_norm_variable_map
 from textrain.models.task_heads import ClassifierModel, num_labels_from_manifest, task_type_from_manifest
-
-logger = logging.getLogger(__name__)
 
 # Google's released sizes (BERT-Tiny ... BERT-Large); heads are hidden/64, FFN is 4*hidden.
 PRESETS: dict[str, dict[str, int]] = {
@@ -110,7 +108,7 @@ class BertConfig:
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:
-            logger.info("%s: ignoring keys BertConfig does not use: %s", source, ", ".join(unknown))
+            logging.info("%s: ignoring keys BertConfig does not use: %s", source, ", ".join(unknown))
         if "vocab_size" not in values:
             raise ValueError(f"{source}: vocab_size is required")
         try:
@@ -497,7 +495,7 @@ def pretraining_config(size: str | None, config_file: str | None, vocab_size: in
         config = BertConfig.from_json_file(config_file)
         data_vocab = settings.get("vocab_size")
         if data_vocab is not None and data_vocab != config.vocab_size:
-            logger.warning("%s has vocab_size %d but the data's vocabulary has %d entries",
+            logging.warning("%s has vocab_size %d but the data's vocabulary has %d entries",
                            config_file, config.vocab_size, data_vocab)
         return config, f"bert_config_file={config_file}"
     size = size or "base"

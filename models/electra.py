@@ -42,10 +42,10 @@ Decisions that differ from the original, on purpose:
 from __future__ import annotations
 
 import dataclasses
-import logging
 from typing import Any, Iterable, NamedTuple
 
 import tensorflow as tf
+from absl import logging
 
 from textrain.framework.registry import register_model
 from textrain.models import hf_format
@@ -58,8 +58,6 @@ from textrain.models.layers.embeddings import TransformerEmbeddings, truncated_n
 from textrain.models.layers.fused import sparse_softmax_cross_entropy
 from textrain.models.layers.transformer import dense_variable_map, layer_norm_variable_map
 from textrain.models.task_heads import ClassifierModel, num_labels_from_manifest, task_type_from_manifest
-
-logger = logging.getLogger(__name__)
 
 # configure_pretraining.py / training_utils.get_bert_config and the paper's Table 6.
 SIZES: dict[str, dict[str, Any]] = {
@@ -403,7 +401,7 @@ class ElectraPretrainer(TrainableModel):
         check_data_fits(config.discriminator_config(), manifest, source)
         special_ids = ((manifest or {}).get("settings") or {}).get("special_ids")
         if not special_ids:
-            logger.warning("the data manifest has no special_ids; assuming Google's vocab ids %s",
+            logging.warning("the data manifest has no special_ids; assuming Google's vocab ids %s",
                            GOOGLE_VOCAB_SPECIAL_IDS)
         default_mask = SIZES.get(size or "small", SIZES["small"])["mask_prob"]
         objective = ElectraObjective(

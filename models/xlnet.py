@@ -363,7 +363,7 @@ class XLNetEncoder(tf.keras.layers.Layer):
                f"{prefix}/r_r_bias": self.r_r_bias,
                f"{prefix}/r_s_bias": self.r_s_bias,
                f"{prefix}/seg_embed": self.seg_embed}
-        for i, (attn, ff) in enumerate(zip(self.attn_layers, self.ffn_layers)):
+        for i, (attn, ff) in enumerate(zip(self.attn_layers, self.ffn_layers, strict=True)):
             layer = f"{prefix}/layer_{i}"
             for name, var in attn.kernels().items():
                 out[f"{layer}/rel_attn/{name}/kernel"] = var

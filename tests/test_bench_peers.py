@@ -1,4 +1,4 @@
-"""benchmarks/peers.py and the step benchmarks that run keras-hub beside ours: the flags parse, a missing
+"""benchmarks/lib/peers.py and the step benchmarks that run keras-hub beside ours: the flags parse, a missing
 peer is said in one line and ours runs alone, the ratio line divides the right way. (The timed runs are
 benchmarks, never tests: see benchmarks/README.md.)"""
 from __future__ import annotations
@@ -21,7 +21,7 @@ def test_help_lists_the_sides_flag(script):
 
 
 def test_missing_peer_is_one_line_and_ours_runs_alone(capsys, tmp_path):
-    from benchmarks import peers
+    from benchmarks.lib import peers
     assert peers.choose_sides("ours,ours_content,peer", str(tmp_path / "no_python")) == ["ours", "ours_content"]
     assert capsys.readouterr().out == f"peer not installed: {peers.PEER_INSTALL}\n"
     assert peers.choose_sides("ours", str(tmp_path / "no_python")) == ["ours"]
@@ -29,7 +29,7 @@ def test_missing_peer_is_one_line_and_ours_runs_alone(capsys, tmp_path):
 
 
 def test_ratio_line_is_ours_over_peer():
-    from benchmarks import peers, step_bench
+    from benchmarks.lib import peers, step_bench
     ours = {"step_wall_s": [1.0, 2.0], "step_cpu_s": [3.0, 3.0], "peak_rss_mib": 800.0}
     peer = {"step_wall_s": [2.0, 4.0], "step_cpu_s": [4.0, 2.0], "peak_rss_mib": 1000.0}
     line = step_bench.ratio_line("fp32", [ours], [peer], peers.GOAL)
@@ -41,7 +41,7 @@ def test_bert_step_ratio_pairs_neighbouring_runs_and_takes_their_median():
     """bench_bert_step.py --rounds: round i's ours over round i's peer, the median of those, each listed;
     the peak RSS ratio compares each side's largest; the goal named is the config's."""
     from benchmarks import bench_bert_step as bench
-    from benchmarks.step_bench import paired_ratios, ratio_line
+    from benchmarks.lib.step_bench import paired_ratios, ratio_line
     ours = [{"step_wall_s": [w], "step_cpu_s": [2 * w], "peak_rss_mib": m} for w, m in ((6.0, 900), (7.0, 1000), (8.0, 950))]
     peer = [{"step_wall_s": [w], "step_cpu_s": [w], "peak_rss_mib": 2000} for w in (10.0, 8.0, 10.0)]
     assert paired_ratios(ours, peer, "step_wall_s") == [0.6, 0.875, 0.8]

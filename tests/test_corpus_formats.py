@@ -12,9 +12,9 @@ import sys
 
 import pytest
 
+from benchmarks.lib import corpus_fixtures as cf  # the same files of every format as the benchmark's
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-import corpus_fixtures as cf  # noqa: E402
 
 pytest.importorskip("pyarrow")
 pytest.importorskip("zstandard")

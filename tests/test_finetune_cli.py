@@ -12,22 +12,12 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
-from helpers import cli_env, final_figures
+from helpers import cli_env, emma_speech_rows, final_figures
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 EMMA = os.path.join(HERE, "data", "austen_emma.txt")
 CONFIGS = sorted(glob.glob(os.path.join(REPO, "configs", "*.gin")))
-
-
-def emma_speech_rows() -> list[tuple[str, str]]:
-    """(sentence without quote marks, speech|narration) for each line of the sample."""
-    rows = []
-    for line in open(EMMA, encoding="utf-8"):
-        line = line.strip()
-        if line:
-            rows.append((line.replace('"', "").replace("\t", " "), "speech" if '"' in line else "narration"))
-    return rows
 
 
 @pytest.fixture(scope="module")

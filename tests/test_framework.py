@@ -13,7 +13,7 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
-import toy_problems  # noqa: F401  (registers toy_lines)
+from helpers import toy_problems  # noqa: F401  (registers toy_lines)
 
 from textrain.framework import corpus, pipeline, records, registry, shards, tf_errors
 from textrain.framework.errors import RecordError, SettingsMismatchError
@@ -271,7 +271,7 @@ def test_kill_9_then_rerun_equals_uninterrupted(tmp_path):
     """A datagen process SIGKILLed mid-run leaves no complete-looking split; re-running keeps the
     finished shards, redoes the rest, and ends byte-identical to an uninterrupted run."""
     _generate(tmp_path / "clean")
-    code = ("import sys; sys.path[:0] = %r; import toy_problems; "
+    code = ("import sys; sys.path[:0] = %r; from helpers import toy_problems; "
             "p = toy_problems.ToyLines(toy_problems.ToyHParams(input_file=%r)); "
             "p.generate_data(%r, '', seed=3)") % ([HERE, os.path.dirname(HERE)], EMMA, str(tmp_path / "killed"))
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True,

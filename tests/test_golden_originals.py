@@ -5,8 +5,8 @@ statistics must agree. Bytes are not compared: BERT's and XLNet's originals draw
 another order than our seeded, sharded datagen, and ELECTRA's original is unseeded (`random`), so no byte
 equality is promised; ids themselves are compared with the original tokenizers in tests/test_encoders.py.
 
-The runs and the statistics are the benchmarks' own (benchmarks/same_run.py, bench_bert_datagen.py,
-bench_xlnet_datagen.py, bench_electra.py). The originals are looked for in ../shared/originals beside the
+The runs and the statistics are the benchmarks' own (benchmarks/lib: same_run.py, bert_sides.py,
+xlnet_sides.py, electra_sides.py). The originals are looked for in ../shared/originals beside the
 clone (CI), or in $TEXTRAIN_SHARED/originals; without them these tests skip with one line.
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ import types
 
 import pytest
 
-from benchmarks import same_run
+from benchmarks.lib import same_run
 from textrain.framework import encoders
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -45,7 +45,7 @@ def _close(ours: dict[str, float], original: dict[str, float], tolerance: dict[s
 
 
 def test_bert_pretraining_records_match_the_original_statistics(tmp_path, wordpiece_vocab):
-    from benchmarks import bench_bert_datagen as bench
+    from benchmarks.lib import bert_sides as bench
     args = types.SimpleNamespace(max_seq_length=64, dupe_factor=5)
     bench.original(args, EMMA, wordpiece_vocab, str(tmp_path / "original.tfrecord"))
     bench.ours(args, EMMA, wordpiece_vocab, 1, str(tmp_path / "ours"))
@@ -61,7 +61,7 @@ TOLERANCE_BERT = {"random next (NSP label 1)": 0.03, "full length": 0.05, "mean 
 
 
 def test_xlnet_pretraining_records_match_the_original_statistics(tmp_path):
-    from benchmarks import bench_xlnet_datagen as bench
+    from benchmarks.lib import xlnet_sides as bench
     original = bench.run_original(EMMA, SP_MODEL, str(tmp_path))
     ours = bench.run_ours(EMMA, SP_MODEL, str(tmp_path), 1, "emma")
     a, b = bench.record_statistics(original["files"]), bench.record_statistics(ours["files"])
@@ -77,7 +77,7 @@ TOLERANCE_XLNET = {"label 1 (B continues A)": 0.05, "masked per record": 0.5, "m
 
 
 def test_electra_pretraining_records_match_the_original_statistics(tmp_path, wordpiece_vocab):
-    from benchmarks import bench_electra as bench
+    from benchmarks.lib import electra_sides as bench
     original = bench.run_original(EMMA, wordpiece_vocab, str(tmp_path), "emma")
     ours = bench.run_ours(EMMA, wordpiece_vocab, str(tmp_path), "emma", 1)
     length = bench.SETTINGS["max_seq_length"]

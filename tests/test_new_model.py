@@ -1,8 +1,10 @@
 """docs/new_model.md, run: a model with a fine-tuning head that lives only in a --usr_dir (tests/usr_toy's
 `usr_toy_classifier`) goes through textrain-finetune (records made, trained, evaluated, predicted, exported with
-raw-string signatures) and textrain-train-gpu on the same records, with no file of trainers/ knowing its name."""
+raw-string signatures), textrain-convert (its best checkpoint to a SavedModel and to TF1 names) and
+textrain-train-gpu on the same records, with no file of trainers/ knowing its name."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -10,8 +12,7 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
-from helpers import cli_env, final_figures
-from test_finetune_cli import emma_speech_rows
+from helpers import cli_env, emma_speech_rows, final_figures
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -59,6 +60,21 @@ def test_a_usr_dir_model_finetunes_exports_and_trains(tmp_path):
     ids = GraphWordpieceTokenizer(vocab, do_lower_case=True, max_seq_length=32)(texts)
     by_ids = loaded.signatures["serving_default"](**{k: tf.cast(v, tf.int32) for k, v in ids.items()})
     np.testing.assert_allclose(by_text["probabilities"].numpy(), by_ids["probabilities"].numpy(), rtol=1e-6)
+
+    # textrain-convert builds it through the registry (its from_config): the best checkpoint as a SavedModel
+    # that answers as finetune's export does, and as a TF1 checkpoint under the names tf1_variable_map gives.
+    config = tmp_path / "toy_config.json"
+    config.write_text(json.dumps({"vocab_size": sum(1 for _ in open(vocab, encoding="utf-8"))}))
+    proc = subprocess.run(
+        [sys.executable, "-m", "textrain.trainers.convert", f"--usr_dir={USR_TOY}", f"--from_textrain={run / 'best'}",
+         "--model=usr_toy_classifier", f"--config_file={config}", "--num_labels=2", f"--vocab_file={vocab}",
+         "--max_seq_length=32", f"--to_saved_model={tmp_path / 'saved'}", f"--to_tf1={tmp_path / 'tf1'}"],
+        cwd=REPO, env=cli_env(), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    converted = tf.saved_model.load(str(tmp_path / "saved")).signatures["serve_text"](text_a=texts)
+    np.testing.assert_allclose(converted["probabilities"].numpy(), by_text["probabilities"].numpy(), rtol=1e-6)
+    tf1 = tf.train.load_checkpoint(str(tmp_path / "tf1" / "model.ckpt"))
+    assert set(tf1.get_variable_to_shape_map()) == {"usr_toy/embeddings", "usr_toy/head/kernel", "usr_toy/head/bias"}
 
     # The same head, trained by the pretraining CLI on the records textrain-finetune made.
     proc = subprocess.run(

@@ -58,7 +58,7 @@ def test_resume_on_another_topology_continues_the_stream(first, second, tmp_path
     t = make_trainer(strategies[first](), run, paths, 6, global_batch=16, iterations_per_loop=3)
     t.train()
     saved = [w.numpy() for w in t.model.trainable_variables]
-    with caplog.at_level(logging.WARNING, logger="textrain.trainer"):
+    with caplog.at_level(logging.WARNING, logger="absl"):
         moved = make_trainer(strategies[second](), run, paths, 10, global_batch=16, iterations_per_loop=3)
     assert int(moved.step.numpy()) == 6
     assert "re-derived from the step (exact" in caplog.text
@@ -76,7 +76,7 @@ def test_tpu_contract_iterations_per_loop_is_steps_per_call_and_logs_between_cal
     loops = []
     t = make_trainer(one_device(), tmp_path / "run", paths, 500, iterations_per_loop=250, log_steps=100,
                      save_checkpoints_steps=1000, log_shortens_loops=False)
-    with caplog.at_level(logging.INFO, logger="textrain.trainer"):
+    with caplog.at_level(logging.INFO, logger="absl"):
         t.train(callbacks=[lambda fig: loops.append(fig["step"])])
     assert loops == [250, 500]
     assert [int(m) for m in re.findall(r"step (\d+)/500", caplog.text)] == [250, 500]

@@ -9,8 +9,7 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
-
-from tests import qa_fixtures
+from helpers import qa_fixtures
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

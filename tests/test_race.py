@@ -3,8 +3,8 @@ import json
 
 import numpy as np
 import pytest
+from helpers import qa_fixtures
 
-from tests import qa_fixtures
 from textrain.framework import encoders
 from textrain.framework.problem import DataParams, ModeKeys
 from textrain.problems import race

@@ -18,7 +18,7 @@ import tensorflow as tf
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-import toy_problems  # noqa: E402
+from helpers import toy_problems  # noqa: E402
 
 from textrain.framework import cli, fileio, locks, manifests, shards  # noqa: E402
 from textrain.framework.errors import RecordError  # noqa: E402

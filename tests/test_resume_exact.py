@@ -19,8 +19,8 @@ import time
 import numpy as np
 import pytest
 import tensorflow as tf
-from cluster import free_ports
 from helpers import cli_env, final_figures
+from helpers.cluster import free_ports
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)

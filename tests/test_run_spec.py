@@ -9,8 +9,7 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
-from helpers import cli_env, final_figures
-from test_finetune_cli import emma_speech_rows
+from helpers import cli_env, emma_speech_rows, final_figures
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)

@@ -7,8 +7,8 @@ import sys
 
 import numpy as np
 import pytest
+from helpers import qa_fixtures
 
-from tests import qa_fixtures
 from textrain.framework import encoders
 from textrain.framework.problem import DataParams, DatasetSplit, ModeKeys
 from textrain.problems import qa_postprocess as qp

@@ -2,7 +2,7 @@
 
 Comparisons with the original implementations run when they are available and are skipped otherwise:
 google-research/bert's FullTokenizer is its own tokenization.py from ../shared/originals (unchanged, loaded
-by benchmarks/same_run.import_original), tensor2tensor's SubwordTextEncoder the PyPI package.
+by benchmarks/lib/same_run.import_original), tensor2tensor's SubwordTextEncoder the PyPI package.
 """
 import hashlib
 import logging
@@ -178,7 +178,7 @@ ADVERSARIAL = [
 def original_tokenization():
     """google-research/bert tokenization.py itself (../shared/originals, unchanged); skip when absent."""
     try:
-        from benchmarks.same_run import import_original
+        from benchmarks.lib.same_run import import_original
         return import_original("bert/tokenization.py")
     except (ImportError, FileNotFoundError) as e:
         pytest.skip(f"the original tokenization.py is not available: {e}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from toy_problems import ByteEncoder
+from helpers.toy_problems import ByteEncoder
 
 from textrain.framework.problem import DataParams, ModeKeys
 from textrain.framework.text_problems import Text2ClassProblem, Text2SelfProblem

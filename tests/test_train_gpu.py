@@ -12,9 +12,9 @@ import textwrap
 import numpy as np
 import pytest
 import tensorflow as tf
-from cluster import free_ports
 from helpers import cli_env, final_figures
-from processes import recorded_step, wait_until
+from helpers.cluster import free_ports
+from helpers.processes import recorded_step, wait_until
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)

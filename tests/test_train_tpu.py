@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from helpers import cli_env, final_figures
-from processes import recorded_step, wait_until
+from helpers.processes import recorded_step, wait_until
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)

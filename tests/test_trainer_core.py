@@ -28,7 +28,7 @@ if __name__ == "__main__":  # script mode: quiet TF before importing it
     sys.path.insert(0, REPO)
 
 import tensorflow as tf  # noqa: E402
-from processes import recorded_step, wait_until  # noqa: E402
+from helpers.processes import recorded_step, wait_until  # noqa: E402
 
 from textrain.models.base import StepOutput, Term, TrainableModel  # noqa: E402
 from textrain.trainers import core, optimization  # noqa: E402

@@ -23,6 +23,7 @@ Decisions:
 from __future__ import annotations
 
 import os
+import sys
 import uuid
 
 from absl import flags
@@ -145,7 +146,9 @@ def define_flags() -> None:
 
 def run() -> None:
     """Console entry point `textrain-avg-checkpoints`."""
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    from textrain.framework import lazy_tf
+
+    lazy_tf.quiet_start(sys.argv)
     define_flags()
     from textrain.framework import cli
 

@@ -26,18 +26,16 @@ Decisions:
 from __future__ import annotations
 
 import collections
-import logging
 import os
 import re
 from typing import Any, Iterable
 
 import tensorflow as tf
+from absl import logging
 
 from textrain.framework import locks
 from textrain.framework.errors import UserError
 from textrain.models.checkpoints import CheckpointMismatchError, backing_variable
-
-log = logging.getLogger("textrain.trainer")
 
 # Paths below model/ of a textrain pretrainer that a fine-tuning model may leave unused.
 DEFAULT_ALLOW_UNEXPECTED = (r"^predictions/", r"^seq_relationship/", r"^generator", r"discriminator_predictions/",
@@ -56,7 +54,7 @@ def prepare_model_dir(model_dir: str, is_chief: bool, program: str = "textrain t
         return None
     lock = locks.acquire_dir_lock(model_dir, program, ".trainer.lock")
     for path in sorted(tf.io.gfile.glob(os.path.join(model_dir, "ckpt-*_temp*"))):
-        log.warning("removing %s, left by a checkpoint save that was interrupted", path)
+        logging.warning("removing %s, left by a checkpoint save that was interrupted", path)
         if tf.io.gfile.isdir(path):
             tf.io.gfile.rmtree(path)
         else:

@@ -20,10 +20,10 @@ Decisions:
 """
 from __future__ import annotations
 
-import logging
 import os
 
 import tensorflow as tf
+from absl import logging
 
 from textrain.framework.errors import UserError
 from textrain.models import hf_format
@@ -31,8 +31,6 @@ from textrain.models.base import FinetuneModel
 from textrain.models.checkpoints import load_tf1_checkpoint
 from textrain.trainers import checkpoint_checks
 from textrain.trainers.strategy import PipelineLayout
-
-log = logging.getLogger("textrain.trainer")
 
 
 def seed_states(model: tf.keras.layers.Layer) -> list:
@@ -104,11 +102,11 @@ class TrainerCheckpoints:
         return snapshot
 
     def _snapshot_state(self) -> None:
-        for var, host in zip(tf.nest.flatten(self._state_vars), self._state_snapshot):
+        for var, host in zip(tf.nest.flatten(self._state_vars), self._state_snapshot, strict=True):
             host.assign(tf.stack([v.read_value() for v in self.strategy.experimental_local_results(var)]))
 
     def _restore_state_from_snapshot(self) -> None:
-        for var, host in zip(tf.nest.flatten(self._state_vars), self._state_snapshot):
+        for var, host in zip(tf.nest.flatten(self._state_vars), self._state_snapshot, strict=True):
             for i, v in enumerate(self.strategy.experimental_local_results(var)):
                 v.assign(host[i])
 
@@ -123,7 +121,7 @@ class TrainerCheckpoints:
             if self._input_manager is None and "replica_state" in self._checkpoint_objects:
                 self._restore_state_from_snapshot()
             self._restore_input_pipeline(int(self.step.numpy()))
-            log.info("restored %s (step %d)", latest, int(self.step.numpy()))
+            logging.info("restored %s (step %d)", latest, int(self.step.numpy()))
             return latest
         if self.config.init_checkpoint:
             self._load_init_checkpoint(self.config.init_checkpoint)
@@ -137,7 +135,7 @@ class TrainerCheckpoints:
         absent = [k for k in ("rng", "replica_state", "pipeline_layout")
                   if k in self._checkpoint_objects and k not in saved]
         if absent:
-            log.warning("%s holds no %s (written by an earlier textrain): restored without, so the resumed run "
+            logging.warning("%s holds no %s (written by an earlier textrain): restored without, so the resumed run "
                         "is close to, not equal to, an uninterrupted one", path, " or ".join(absent))
         if "global_batch_size" in self._checkpoint_objects and "global_batch_size" not in saved:
             absent.append("global_batch_size")  # recorded for the check only: nothing to restore
@@ -162,7 +160,7 @@ class TrainerCheckpoints:
         if (saved.num_pipelines, saved.num_replicas) == (self.layout.num_pipelines, self.layout.num_replicas):
             return None
         exact = saved.num_pipelines == self.layout.num_pipelines
-        log.warning("%s was saved with %s; this run has %s. Model, optimizer, step and random streams are "
+        logging.warning("%s was saved with %s; this run has %s. Model, optimizer, step and random streams are "
                     "restored; the input iterator cannot move between topologies, so each pipeline's position "
                     "is re-derived from the step (%s) and XLNet memories start fresh", latest, saved.describe(),
                     self.layout.describe(),
@@ -184,7 +182,7 @@ class TrainerCheckpoints:
             if self._state_snapshot:
                 self._restore_state_from_snapshot()
         else:
-            log.warning("no input-pipeline checkpoint %s: this worker's data starts from the beginning", path)
+            logging.warning("no input-pipeline checkpoint %s: this worker's data starts from the beginning", path)
 
     def _refuse_other_batch_size(self, latest: str) -> None:
         """A saved input iterator holds batches of the size it was saved with, and its position cannot be
@@ -207,16 +205,16 @@ class TrainerCheckpoints:
     def _load_init_checkpoint(self, path: str) -> None:
         if isinstance(self.model, FinetuneModel):  # encoder only, head fresh
             loaded = self.model.load_init_checkpoint(path, init_head=self.config.init_head)
-            log.info("initialised %d encoder variables from %s", len(loaded), path)
+            logging.info("initialised %d encoder variables from %s", len(loaded), path)
             return
         path = path if hf_format.is_hf_directory(path) else checkpoint_checks.resolve_checkpoint(path)
         if not hf_format.is_hf_directory(path) and checkpoint_checks.is_textrain_checkpoint(path):
             loaded = checkpoint_checks.load_init_checkpoint(path, self.model, self.model.init_allow_unexpected)
-            log.info("initialised %d variables from %s (textrain checkpoint)", len(loaded), path)
+            logging.info("initialised %d variables from %s (textrain checkpoint)", len(loaded), path)
         else:
             loaded = load_tf1_checkpoint(path, self.model.tf1_variable_map(),
                                          allow_unexpected=self.model.init_allow_unexpected)
-            log.info("initialised %d variables from %s (original TF1 checkpoint)", len(loaded), path)
+            logging.info("initialised %d variables from %s (original TF1 checkpoint)", len(loaded), path)
 
     def save(self) -> str | None:
         step = int(self.step.numpy())

@@ -40,6 +40,7 @@ import json
 import os
 import re
 import shutil
+import sys
 from typing import Any
 
 import numpy as np
@@ -47,7 +48,9 @@ from absl import flags
 
 from textrain.framework.cli import run_main
 from textrain.framework.errors import UserError
-from textrain.models import hf_format
+from textrain.framework.lazy_tf import lazy_module, quiet_start
+
+hf_format = lazy_module("textrain.models.hf_format")  # imports TensorFlow: after run()'s quiet start
 
 FLAGS = flags.FLAGS
 PROG = "textrain-convert"
@@ -97,8 +100,8 @@ class Exchange:
         return hf_format.ABSENT_PARTS.get(self.architecture, ()) if self.fresh is None else self.fresh
 
     @property
-    def model_name(self) -> str:
-        return MODEL_OF_ARCHITECTURE[self.architecture]
+    def model_name(self) -> str:  # a registered model with no HF architecture (a --usr_dir one) is its own
+        return MODEL_OF_ARCHITECTURE.get(self.architecture, self.architecture)
 
     @property
     def head(self) -> str:
@@ -258,6 +261,9 @@ def _read_json(path: str, model_name: str) -> dict[str, Any]:
     from textrain.models.bert import BertConfig
     from textrain.models.electra import ElectraConfig
     from textrain.models.xlnet import MODEL_KEYS, XLNetConfig
+    if model_name not in ARCHITECTURE_OF_MODEL:  # a --usr_dir model: its from_config reads the JSON as it is
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
     if hf_format.is_hf_directory(path):
         config, source = hf_format.read_config(path), os.path.join(path, hf_format.CONFIG)
         if model_name.startswith("xlnet"):
@@ -287,10 +293,10 @@ def read_textrain(path: str, model_name: str | None, config_file: str | None, nu
         if not (model_name and (config_file or model_size)):
             raise UserError(f"--from_textrain={path} has no {MODEL_FILE}: say what it holds with --model and "
                             f"--config_file or --model_size (and --num_labels for a classifier)")
-        architecture = ARCHITECTURE_OF_MODEL[model_name]
+        architecture = ARCHITECTURE_OF_MODEL.get(model_name, model_name)
         config = _read_json(config_file, model_name) if config_file else _preset(model_name, model_size, prefix)
         n_top, labels = (5, 5), None
-    model = build_model(MODEL_OF_ARCHITECTURE[architecture], config, num_labels, n_top,
+    model = build_model(MODEL_OF_ARCHITECTURE.get(architecture, architecture), config, num_labels, n_top,
                         hf_format.HEAD_VARIANTS.get(architecture, "original"))
     restore_textrain(prefix, model)
     values = {n: np.asarray(v.numpy()) for n, v in model_variable_map(model, hf_format.ABSENT_PARTS.get(architecture, ())).items()}
@@ -435,8 +441,8 @@ def write_tf1(exchange: Exchange, out: str) -> None:
 
 def config_file_name(exchange: Exchange) -> str:
     """The originals' config file name beside the weights (what --config_file / model_config_file read)."""
-    return {"bert": BERT_CONFIG, "electra": "electra_config.json", "xlnet": "xlnet_config.json"}[
-        exchange.model_name.split("_")[0]]
+    return {"bert": BERT_CONFIG, "electra": "electra_config.json", "xlnet": "xlnet_config.json"}.get(
+        exchange.model_name.split("_")[0], "config.json")
 
 
 def write_textrain(exchange: Exchange, out: str, source: str) -> list[str]:
@@ -517,6 +523,10 @@ def convert(*, from_hf: str | None = None, from_tf1: str | None = None, from_tex
             do_lower_case: bool = True, max_shard_size: str | None = None,
             doc_stride: int | None = None) -> list[str]:
     """One conversion; returns lines describing what was written."""
+    from textrain.framework import registry
+    from textrain.models.base import FinetuneModel
+
+    registry.import_builtins()
     sources = [s for s in (from_hf, from_tf1, from_textrain) if s]
     targets = [t for t in (to_hf, to_tf1, to_textrain, to_hf_generator, to_saved_model) if t]
     if len(sources) != 1:
@@ -525,8 +535,9 @@ def convert(*, from_hf: str | None = None, from_tf1: str | None = None, from_tex
         raise UserError("give at least one of --to_hf, --to_tf1, --to_textrain, --to_hf_generator, --to_saved_model")
     if hf_generator and not from_hf:
         raise UserError("--hf_generator goes with --from_hf (the discriminator)")
-    if model and model not in ARCHITECTURE_OF_MODEL:
-        raise UserError(f"--model={model}: textrain-convert converts {', '.join(ARCHITECTURE_OF_MODEL)}")
+    if model and model not in ARCHITECTURE_OF_MODEL and model not in registry.models:
+        raise UserError(f"--model={model}: textrain-convert converts {', '.join(ARCHITECTURE_OF_MODEL)} and the "
+                        f"registered models of a --usr_dir")
     if hf_architecture and hf_architecture not in MODEL_OF_ARCHITECTURE:
         raise UserError(f"--hf_architecture={hf_architecture}: known: {', '.join(MODEL_OF_ARCHITECTURE)}")
     if from_hf:
@@ -561,7 +572,11 @@ def convert(*, from_hf: str | None = None, from_tf1: str | None = None, from_tex
         [(to_hf_generator, "ElectraForMaskedLM")] if to_hf_generator else [])
     if to_hf_generator and exchange.model_name != "electra":
         raise UserError(f"--to_hf_generator is for ELECTRA; {source} holds {exchange.model_name}")
-    if to_saved_model and exchange.model_name not in SERVABLE:
+    if to_hf and exchange.architecture not in MODEL_OF_ARCHITECTURE:
+        raise UserError(f"--to_hf: {exchange.model_name} has no Hugging Face architecture")
+    usr_finetune = (exchange.model_name not in ARCHITECTURE_OF_MODEL
+                    and issubclass(registry.models.get(exchange.model_name), FinetuneModel))
+    if to_saved_model and exchange.model_name not in SERVABLE and not usr_finetune:
         raise UserError(f"--to_saved_model exports a fine-tuning model ({', '.join(SERVABLE)}); {source} holds "
                         f"{exchange.model_name} ({exchange.architecture})")
     longest = exchange.config.get("max_position_embeddings")
@@ -595,8 +610,10 @@ def define_flags() -> None:
     flags.DEFINE_string("to_hf", None, "Write a Hugging Face directory (transformers.AutoModel* loads it).")
     flags.DEFINE_string("to_tf1", None, "Write the originals' layout: model.ckpt + bert_config.json.")
     flags.DEFINE_string("to_textrain", None, "Write a textrain checkpoint (--init_checkpoint / finetune.init_checkpoint).")
-    flags.DEFINE_enum("model", None, list(ARCHITECTURE_OF_MODEL),
-                      "The textrain model a --from_textrain run or --from_tf1 checkpoint holds.")
+    flags.DEFINE_string("model", None, f"The textrain model a --from_textrain run or --from_tf1 checkpoint holds: "
+                        f"{', '.join(ARCHITECTURE_OF_MODEL)}, or a registered model of --usr_dir.")
+    flags.DEFINE_string("usr_dir", None, "Python package of user models to import (tensor2tensor's --t2t_usr_dir).")
+    flags.DEFINE_alias("t2t_usr_dir", "usr_dir")
     flags.DEFINE_string("config_file", None, "bert_config.json (or the family's config file, or the HF directory "
                         "the run started from) of a --from_tf1 or --from_textrain checkpoint.")
     flags.DEFINE_integer("num_labels", None, "Labels of a --from_textrain classifier or tagger run.")
@@ -625,6 +642,9 @@ def define_flags() -> None:
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise UserError(f"unexpected arguments: {' '.join(argv[1:])}")
+    from textrain.framework import registry
+
+    registry.import_usr_dir(FLAGS.usr_dir)
     for line in convert(from_hf=FLAGS.from_hf, from_tf1=FLAGS.from_tf1, from_textrain=FLAGS.from_textrain,
                         to_hf=FLAGS.to_hf, to_tf1=FLAGS.to_tf1, to_textrain=FLAGS.to_textrain, model=FLAGS.model,
                         config_file=FLAGS.config_file, num_labels=FLAGS.num_labels, vocab_file=FLAGS.vocab_file,
@@ -637,6 +657,7 @@ def main(argv: list[str]) -> None:
 
 
 def run() -> None:
+    quiet_start(sys.argv)
     define_flags()
     run_main(PROG, main)
 

@@ -48,13 +48,13 @@ trainers/checkpointing.py, the loop's settings trainers/train_config.py:
   143 / 130). A second Ctrl-C interrupts at once."""
 from __future__ import annotations
 
-import logging
 import os
 import signal
 import time
 from typing import Any, Callable, Sequence
 
 import tensorflow as tf
+from absl import logging
 
 from textrain.models.base import StepOutput, TrainableModel
 from textrain.trainers import checkpoint_checks, nonfinite
@@ -63,8 +63,6 @@ from textrain.trainers.loss_scale import DynamicLossScale
 from textrain.trainers.optimization import Optimizer
 from textrain.trainers.strategy import PipelineLayout, input_context, is_chief, set_precision_policy
 from textrain.trainers.train_config import TrainConfig, TrainResult
-
-log = logging.getLogger("textrain.trainer")
 
 
 # ----------------------------------------------------------------------------------------- trainer
@@ -177,7 +175,7 @@ class Trainer(TrainerCheckpoints):
         # want one dense tensor per variable, as the originals do on TPU.
         self._no_gradient = [g is None for g in grads]  # trace time; such variables are left alone
         grads = [tf.zeros(v.shape, tf.float32) if g is None else tf.cast(tf.convert_to_tensor(g), tf.float32)
-                 for g, v in zip(grads, variables)]
+                 for g, v in zip(grads, variables, strict=True)]
         tf.nest.map_structure(lambda var, t: var.assign(tf.cast(t, var.dtype)), self._state_vars, new_state)
         local = {"loss": loss}
         for k, (t, c) in losses.items():
@@ -195,7 +193,7 @@ class Trainer(TrainerCheckpoints):
         grads, stats = self._replica_loss_and_grads(batches[0])
         for features in batches[1:]:  # unrolled: one replica function holds every collective, in order
             more_grads, more_stats = self._replica_loss_and_grads(features)
-            grads = [a + b for a, b in zip(grads, more_grads)]
+            grads = [a + b for a, b in zip(grads, more_grads, strict=True)]
             stats = {name: stats[name] + more_stats[name] for name in stats}
         if k > 1:
             grads = [g / k for g in grads]
@@ -213,8 +211,8 @@ class Trainer(TrainerCheckpoints):
             use_norm = tf.where(update_ok, grad_norm, 1.0)
             clip_scale = self.config.clip_norm * tf.minimum(1.0 / use_norm, 1.0 / self.config.clip_norm)
         lr = self.optimizer.current_learning_rate()
-        grads = [None if none else g for g, none in zip(grads, self._no_gradient)]
-        self.optimizer.apply_gradients(zip(grads, variables), skip=tf.logical_not(update_ok), grad_scale=clip_scale)
+        grads = [None if none else g for g, none in zip(grads, self._no_gradient, strict=True)]
+        self.optimizer.apply_gradients(zip(grads, variables, strict=True), skip=tf.logical_not(update_ok), grad_scale=clip_scale)
         if self._loss_scale is not None:
             self._loss_scale.update(tf.math.is_finite(grad_norm))
             finite = loss_finite  # overflowing fp16 gradients are expected: skipped, not an error
@@ -306,7 +304,7 @@ class Trainer(TrainerCheckpoints):
                 try:
                     sums, last, done, skipped, bad = self._loop_fn(tf.constant(n, tf.int64))
                 except tf.errors.OutOfRangeError:
-                    log.warning("input exhausted at step %d; stopping", int(self.step.numpy()))
+                    logging.warning("input exhausted at step %d; stopping", int(self.step.numpy()))
                     break
                 elapsed = max(time.time() - t0, 1e-9)
                 step = int(self.step.numpy())
@@ -315,7 +313,7 @@ class Trainer(TrainerCheckpoints):
                 run_steps, run_skipped = run_steps + done, run_skipped + skipped
                 if skipped:
                     last_bad = (float(bad[0]), float(bad[1]))
-                    log.warning("skipped %d of %d steps up to step %d: non-finite %s", skipped, done, step,
+                    logging.warning("skipped %d of %d steps up to step %d: non-finite %s", skipped, done, step,
                                 nonfinite.what_was_nonfinite(*last_bad))
                 if cfg.nan_policy == "raise" and float(last["finite"]) < 0.5:
                     nonfinite.raise_nonfinite(step, float(last["loss"]), float(last["grad_norm"]))
@@ -339,7 +337,7 @@ class Trainer(TrainerCheckpoints):
             for signum, handler in (previous_handler or {}).items():
                 signal.signal(signum, handler)
         if self._stop_requested:
-            log.warning("%s: saved %s at step %d; exiting", signal.Signals(self._stop_signal).name
+            logging.warning("%s: saved %s at step %d; exiting", signal.Signals(self._stop_signal).name
                         if self._stop_signal else "stop requested", saved, int(self.step.numpy()))
         nonfinite.check_mostly_skipped(run_skipped, run_steps, last_bad, saved)
         return TrainResult(step=int(self.step.numpy()), loss=figures["loss"], terms=figures["terms"],
@@ -372,7 +370,7 @@ class Trainer(TrainerCheckpoints):
                 raise KeyboardInterrupt  # a second Ctrl-C: stop now
             self._stop_requested = True
             self._stop_signal = self._stop_signal or signum
-            log.warning("%s received: saving a checkpoint at the end of this loop%s", signal.Signals(signum).name,
+            logging.warning("%s received: saving a checkpoint at the end of this loop%s", signal.Signals(signum).name,
                         " (Ctrl-C again to stop at once)" if signum == signal.SIGINT else "")
 
         try:
@@ -395,7 +393,7 @@ class Trainer(TrainerCheckpoints):
         parts += [f"lr {fig['learning_rate']:.3g}", f"gnorm {fig['grad_norm']:.3g}",
                   f"{fig['steps_per_sec']:.2f} steps/s", f"{fig['examples_per_sec']:.1f} ex/s",
                   f"ETA {_hms(eta)}"]
-        log.info(" | ".join(parts))
+        logging.info(" | ".join(parts))
 
     def _write_summaries(self, fig: dict, step: int) -> None:
         with self._writer.as_default(step=step):

@@ -24,12 +24,15 @@ Decisions:
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import uuid
 from typing import Any, Sequence
 
 from absl import flags
+
+from textrain.framework import lazy_tf
 
 FLAGS = flags.FLAGS
 
@@ -161,15 +164,17 @@ def main(argv: list[str]) -> None:
     if missing:
         raise app.UsageError(f"missing required flag(s): {', '.join(missing)}")
     from textrain.framework import bleu, errors, registry
+    from textrain.framework.flags import given_flags
     from textrain.models.base import Seq2SeqModel
-    from textrain.trainers.launch import problem_hparams_for_training
-    from textrain.trainers.run import build_model
+    from textrain.trainers.run import build_model, build_problem
+    from textrain.trainers.run_spec import ProblemSpec
     from textrain.trainers.trainer_flags import model_settings_from_flags
 
-    problem_cls = registry.problems.get(FLAGS.problem)
-    try:
-        manifest = problem_cls().read_manifest(FLAGS.data_dir, "train")
-        problem = problem_cls(problem_hparams_for_training(problem_cls, manifest))
+    hparams_cls = registry.problems.get(FLAGS.problem).HParams
+    names = [f.name for f in dataclasses.fields(hparams_cls)] if dataclasses.is_dataclass(hparams_cls) else []
+    try:  # the problem as the trainer read it: the manifest's settings, then the flags given
+        problem, manifest = build_problem(ProblemSpec(FLAGS.problem, given_flags(names), from_manifest=True),
+                                          FLAGS.data_dir)
         encoders = problem.feature_encoders(FLAGS.data_dir)
     except (ValueError, FileNotFoundError) as e:
         raise errors.UserError(str(e)) from None
@@ -225,7 +230,7 @@ def define_all_flags(argv: list[str]) -> None:
 
 def run() -> None:
     """Console entry point `textrain-decode`."""
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    lazy_tf.quiet_start(sys.argv)
     sys.path.insert(0, os.getcwd())
     define_all_flags(sys.argv)
     from textrain.framework import cli

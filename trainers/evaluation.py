@@ -24,19 +24,17 @@ Decisions:
 from __future__ import annotations
 
 import dataclasses
-import logging
 import math
 import os
 from typing import Callable
 
 import numpy as np
 import tensorflow as tf
+from absl import logging
 
 from textrain.framework import tasks
 from textrain.framework.problem import Problem
 from textrain.framework.tasks import FinetuneTask, prediction_lines  # noqa: F401  (the default predictions' text)
-
-log = logging.getLogger("textrain.evaluation")
 
 # Features that travel with the gathered outputs (when the records have them).
 CARRIED_FEATURES = ("label_ids", "example_index", "is_real_example")
@@ -176,7 +174,7 @@ def present_eval_splits(problem: FinetuneTask, data_dir: str) -> list[str]:
         if problem.has_split(data_dir, split):
             present.append(split)
         else:
-            log.warning("no %s records of %s in %s: not evaluated", split, problem.name, data_dir)
+            logging.warning("no %s records of %s in %s: not evaluated", split, problem.name, data_dir)
     return present
 
 
@@ -194,7 +192,7 @@ def predict(strategy: tf.distribute.Strategy, model, problem: FinetuneTask, data
     written = {}
     for split in problem.predict_splits():
         if not problem.has_split(data_dir, split):
-            log.warning("no %s records of %s: nothing to predict", split, problem.name)
+            logging.warning("no %s records of %s: nothing to predict", split, problem.name)
             continue
         result = evaluate(strategy, model, eval_dataset_fn(problem, data_dir, split, batch_size), collect_outputs=True)
         written[split] = problem.write_predictions(data_dir, split, result.outputs,
@@ -276,7 +274,7 @@ class PeriodicEvaluator:
             metrics["num_examples"] = int(len(next(iter(result.outputs.values()))) if result.outputs
                                           else result.num_examples)
             results[split] = metrics
-            log.info("eval %s at step %d: %s", split, step,
+            logging.info("eval %s at step %d: %s", split, step,
                      " | ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in metrics.items()))
             if self.is_chief:
                 write_scalars(self.model_dir, split, step, metrics)
@@ -294,7 +292,7 @@ class PeriodicEvaluator:
         split = next(iter(results))
         value = results[split].get(self.main_metric)
         if value is None or (isinstance(value, float) and math.isnan(value)):
-            log.warning("main metric %r missing from the %s results; best checkpoint not updated", self.main_metric, split)
+            logging.warning("main metric %r missing from the %s results; best checkpoint not updated", self.main_metric, split)
             return
         if self.best is not None:
             old = self.best["value"]
@@ -303,7 +301,7 @@ class PeriodicEvaluator:
         self.best = {"step": step, "split": split, "metric": self.main_metric, "value": value,
                      "metrics": results[split]}
         save_best(self.model, self.model_dir, step, self.best, self.is_chief)
-        log.info("new best %s %.4f at step %d -> %s/best", self.main_metric, value, step, self.model_dir)
+        logging.info("new best %s %.4f at step %d -> %s/best", self.main_metric, value, step, self.model_dir)
 
 
 def save_best(model, model_dir: str, step: int, info: dict, is_chief: bool = True) -> str:

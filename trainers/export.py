@@ -28,16 +28,15 @@ Decisions:
 """
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 import tensorflow as tf
+from absl import logging
 
 from textrain.framework.tasks import FinetuneTask
 from textrain.models.base import FinetuneModel
 from textrain.models.checkpoints import backing_variable
 
-log = logging.getLogger("textrain.export")
 
 class ServingModule(tf.Module):
     """The classifier plus its serving functions (and the tokenizer, when raw strings are served)."""
@@ -106,11 +105,11 @@ class ServingModule(tf.Module):
 def make_tokenizer(problem: FinetuneTask, data_dir: str, model: FinetuneModel, family: str, max_seq_length: int):
     """The in-graph WordPiece tokenizer of the task's serving vocabulary, or None (XLNet / no vocab)."""
     if not model.serves_raw_text:
-        log.info("%s: raw-string signatures are not exported (SentencePiece has no core TF op)", family)
+        logging.info("%s: raw-string signatures are not exported (SentencePiece has no core TF op)", family)
         return None
     vocab = problem.serving_vocab(data_dir)
     if vocab is None:
-        log.warning("no WordPiece vocab file found for %s: raw-string signatures not exported", problem.name)
+        logging.warning("no WordPiece vocab file found for %s: raw-string signatures not exported", problem.name)
         return None
     from textrain.framework.graph_wordpiece import GraphWordpieceTokenizer
 
@@ -124,7 +123,7 @@ def export_classifier(model: FinetuneModel, export_dir: str, *, problem: Finetun
     window stride in serve_text without a `problem` (which otherwise says it)."""
     if checkpoint:
         tf.train.Checkpoint(model=model).read(checkpoint).assert_existing_objects_matched()
-        log.info("exporting the weights of %s", checkpoint)
+        logging.info("exporting the weights of %s", checkpoint)
     if problem is not None:
         if labels is None:
             labels = list(problem.serving_labels(data_dir))
@@ -140,5 +139,5 @@ def export_classifier(model: FinetuneModel, export_dir: str, *, problem: Finetun
     if tf.io.gfile.exists(export_dir):
         tf.io.gfile.rmtree(export_dir)
     tf.io.gfile.rename(tmp, export_dir)
-    log.info("exported %s (signatures: %s)", export_dir, ", ".join(module.signatures()))
+    logging.info("exported %s (signatures: %s)", export_dir, ", ".join(module.signatures()))
     return export_dir

@@ -8,9 +8,10 @@ One configurable, `finetune`, holds everything a run needs (every argument of `f
 binding); configs/ has a base file per model family and size and one per task, combined with gin's
 `include` or several --gin_file flags (later files and --gin_param override earlier ones).
 
-`finetune()` only translates the bindings into a `trainers.run_spec.RunSpec` (resolving what depends on
-the data: records made if absent, label count, step count) and hands it to `trainers.run.run`, the one
-function every trainer CLI ends in.
+`finetune()` is a thin binding: each argument fills the `trainers.run_spec.RunSpec` field of its name
+(`run_spec.spec_from_names`; the originals' names such as `train_batch_size` and `do_eval` mapped once in
+`run_spec.CLI_NAMES`, the same table the trainer flags go through), and `trainers.run.run` does the rest:
+its `resolve` builds the problem, makes its records if absent and works out the label count and steps.
 
 What a run does, in order: registers the built-ins (and `usr_dir`); builds the task problem with
 `problem_hparams` (+ `max_seq_length`); runs the problem's own `generate_data` when its records are
@@ -25,7 +26,7 @@ trainers/export.py).
 
 Decisions:
 - Steps: `num_train_steps` if bound, else int(num_train_examples / train_batch_size * num_train_epochs)
-  as run_classifier.py; warmup = int(num_train_steps * warmup_proportion).
+  as run_classifier.py; warmup = int(num_train_steps * warmup_proportion) (trainers/run.resolve).
 - `gin.tf` does not import with TF 2.21, so this module registers tf.io.gfile as gin's file reader
   itself (gs:// configs work) and adds configs/ to the include search path.
 - The operative config (every value the run used, defaults included) goes to
@@ -38,27 +39,27 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import logging
+import logging as std_logging  # gin logs through the standard library: its filter is one
 import os
 import sys
 from collections.abc import Iterator
 from typing import Any
 
 import gin
-from absl import flags
+from absl import flags, logging
 
+from textrain.framework import lazy_tf
 from textrain.trainers import gin_configs
 
 FLAGS = flags.FLAGS
-log = logging.getLogger("textrain.finetune")
 
 
-class _QuietGinResourceProbe(logging.Filter):
+class _QuietGinResourceProbe(std_logging.Filter):
     """gin's package-resource reader logs an ERROR ("Path not found: _bert.gin") each time it is asked about a
     path that is not a Python package resource, which is every include of configs/ before the next reader
     finds the file: a false alarm in every run's output. Only that record is dropped."""
 
-    def filter(self, record: logging.LogRecord) -> bool:
+    def filter(self, record: std_logging.LogRecord) -> bool:
         return not (record.pathname.replace(os.sep, "/").endswith("gin/resource_reader.py")
                     and str(record.msg).startswith("Path not found"))
 
@@ -68,7 +69,7 @@ def _register_gin_tf_io() -> None:
     import tensorflow as tf
 
     gin.config.register_file_reader(tf.io.gfile.GFile, tf.io.gfile.exists)
-    root = logging.getLogger()
+    root = std_logging.getLogger()
     if not any(isinstance(f, _QuietGinResourceProbe) for f in root.filters):
         root.addFilter(_QuietGinResourceProbe())
 
@@ -123,12 +124,16 @@ def finetune(
 ) -> dict[str, Any]:
     """One fine-tuning run (see the module docstring). Returns a summary dict (also printed as `final`).
 
+    Every binding fills the RunSpec field of its name (trainers/run_spec.py: `spec_from_names`, `CLI_NAMES`
+    for the originals' names); trainers/run.resolve builds the problem, makes its records if absent and works
+    out what depends on them.
+
     model: registered classifier (bert_classifier | electra_classifier | xlnet_classifier).
     task: registered task problem (GLUE names, tsv_classification, ...).
     problem_hparams: the problem's own settings (task files, columns, labels ...), a dict.
     vocab_file / do_lower_case (WordPiece: BERT, ELECTRA) / sp_model (SentencePiece: XLNet): the
       PRETRAINED model's tokenizer, passed to the problem's settings of those names; its `tokenizer`
-      setting follows the model (xlnet_classifier -> sentencepiece, else wordpiece).
+      setting follows the model (its class's `tokenizer`).
     model_size / model_config_file / model_overrides: the encoder (a preset, an original config json,
       single fields replaced, e.g. {'num_hidden_layers': 2}).
     model_settings: the model's own settings (its class's `Settings` fields), e.g. {'head': 'hf'}.
@@ -136,82 +141,43 @@ def finetune(
       an HF head unlike the original's (ElectraForSequenceClassification ...) brings its head variant.
     layerwise_lr_decay: ELECTRA's layer-wise LR decay (0.8 in its configs; 1 = off).
     """
-    from textrain.framework import errors, registry
+    bindings = dict(locals())
+    from textrain.framework import registry
     from textrain.models import hf_format
     from textrain.trainers.run import run
-    from textrain.trainers.run_spec import (
-        EvalSpec,
-        ExportSpec,
-        InputSpec,
-        ModelSpec,
-        OptimizerSpec,
-        PredictSpec,
-        ProblemSpec,
-        RunSpec,
-        StrategySpec,
-    )
+    from textrain.trainers.run_spec import spec_from_names
     from textrain.trainers.strategy import strategy_from_spec
-    from textrain.trainers.train_config import TrainConfig
 
     _check_choice("precision", precision, ("fp32", "bf16", "fp16"))
     _check_choice("optimizer", optimizer, ("adamw", "adam", "lamb"))
-    registry.import_usr_dir(usr_dir)
+    registry.import_usr_dir(bindings.pop("usr_dir"))
     model_cls = finetune_model_class(model)
-    tokenizer = {"tokenizer": model_cls.tokenizer, "vocab_file": vocab_file,
-                 "do_lower_case": do_lower_case, "sp_model": sp_model, "max_seq_length": max_seq_length}
-    problem = build_task_problem(task, problem_hparams or {}, tokenizer)
-    logging.getLogger("textrain").setLevel(logging.INFO)
-    strategy_spec = StrategySpec(strategy, num_gpus)
-    dist = strategy_from_spec(strategy_spec)
+    settings = checked_model_settings(model, model_cls, bindings.pop("model_settings"))
+    if init_checkpoint and hf_format.is_hf_directory(init_checkpoint):
+        # The names an HF directory's head is read under (init_head), not the task's.
+        settings["task_name"] = hf_format.HF_TASK_NAME
+        config = hf_format.read_config(init_checkpoint)
+        if not model_config_file:
+            # A Hugging Face model brings its architecture: its config.json decides, not the gin file's size.
+            bindings["model_config_file"] = init_checkpoint
+            logging.info("model config from %s/config.json (model_size %r not used)", init_checkpoint, model_size)
+        variant = hf_format.HEAD_VARIANTS.get(hf_format.architecture_of(config, init_checkpoint))
+        if init_head and variant and "head" not in settings:  # its fine-tuned head is kept: its own variant
+            settings["head"] = variant
+            logging.info("head=%r: the head of %s", variant, init_checkpoint)
+    spec = spec_from_names(dict(bindings, tokenizer=model_cls.tokenizer, from_manifest=False, task_settings=True,
+                                record_data_seed=False))
+    spec.model.settings.update(settings)
+    dist = strategy_from_spec(spec.strategy)
     with _removed_if_it_fails_before_a_checkpoint(model_dir):
         write_operative_config(model_dir)
-
-        manifest = ensure_records(problem, data_dir, tmp_dir, datagen, seed)
-        task_type = problem.task_type
-        num_labels = int(problem.num_labels(data_dir))
-        train_examples = int(manifest["num_examples"])
-        if num_train_steps is None:
-            num_train_steps = int(train_examples / train_batch_size * num_train_epochs)
-        if num_train_steps <= 0:
-            raise errors.UserError(f"finetune.num_train_steps is {num_train_steps} ({train_examples} train examples, "
-                                   f"batch {train_batch_size}, {num_train_epochs} epochs): bind a positive value")
-        num_warmup_steps = int(num_train_steps * warmup_proportion)
-        settings = checked_model_settings(model, model_cls, model_settings)
-        head_scope = task  # the task name in a task-scoped head's TF1 names (ELECTRA, XLNet)
-        if init_checkpoint and hf_format.is_hf_directory(init_checkpoint):
-            head_scope = hf_format.HF_TASK_NAME  # the names an HF directory's head is read under (init_head)
-            config = hf_format.read_config(init_checkpoint)
-            if not model_config_file:
-                # A Hugging Face model brings its architecture: its config.json decides, not the gin file's size.
-                model_config_file = init_checkpoint
-                log.info("model config from %s/config.json (model_size %r not used)", init_checkpoint, model_size)
-            if init_head:
-                check_head_labels(init_checkpoint, config, problem.label_list(data_dir))
-            variant = hf_format.HEAD_VARIANTS.get(hf_format.architecture_of(config, init_checkpoint))
-            if init_head and variant and "head" not in settings:  # its fine-tuned head is kept: its own variant
-                settings["head"] = variant
-                log.info("head=%r: the head of %s", variant, init_checkpoint)
-        spec = RunSpec(
-            problem=ProblemSpec(task, problem.hparams),
-            model=ModelSpec(model, dict(settings, num_labels=num_labels, task_type=task_type, size=model_size,
-                                        config_file=model_config_file, overrides=model_overrides, task_name=head_scope)),
-            data_dir=data_dir,
-            train=TrainConfig(
-                model_dir=model_dir, num_train_steps=num_train_steps, global_batch_size=train_batch_size,
-                iterations_per_loop=iterations_per_loop, save_checkpoints_steps=save_checkpoints_steps,
-                keep_checkpoint_max=keep_checkpoint_max, log_steps=log_steps, clip_norm=clip_norm, precision=precision,
-                init_checkpoint=init_checkpoint, init_head=init_head, eval_every_steps=eval_every_steps if do_eval else 0),
-            optimizer=OptimizerSpec(learning_rate=learning_rate, num_warmup_steps=num_warmup_steps, optimizer=optimizer,
-                                    weight_decay=weight_decay, lr_decay=lr_decay, adam_epsilon=adam_epsilon,
-                                    layerwise_lr_decay=layerwise_lr_decay),
-            input=InputSpec(record_data_seed=False),
-            eval=EvalSpec(enabled=do_eval, batch_size=eval_batch_size),
-            predict=PredictSpec(enabled=do_predict, batch_size=predict_batch_size),
-            export=ExportSpec(enabled=export, export_dir=export_dir, max_seq_length=max_seq_length),
-            strategy=strategy_spec, do_train=do_train, seed=seed)
-        summary: dict[str, Any] = {"num_train_steps": num_train_steps, "num_warmup_steps": num_warmup_steps,
-                                   "train_examples": train_examples, "num_labels": num_labels, "task_type": task_type}
-        return run_summary(spec, run(spec, dist), summary)
+        result = run(spec, dist)
+    done = result.spec
+    summary: dict[str, Any] = {
+        "num_train_steps": done.train.num_train_steps, "num_warmup_steps": done.optimizer.num_warmup_steps,
+        "train_examples": result.train_examples, "num_labels": done.model.settings["num_labels"],
+        "task_type": done.model.settings["task_type"]}
+    return run_summary(done, result, summary)
 
 
 def run_summary(spec, result, summary: dict[str, Any]) -> dict[str, Any]:
@@ -279,20 +245,6 @@ def finetune_model_class(name: str) -> type:
     return cls
 
 
-def check_head_labels(path: str, config: dict, labels: list[str]) -> None:
-    """init_head from an HF directory: its id2label, where it names labels, must be the task's in the same
-    order, or each row of its head would score another label."""
-    from textrain.framework.errors import UserError
-    from textrain.models import hf_format
-
-    names = hf_format.label_names(config)
-    if not names or all(n == f"LABEL_{i}" for i, n in enumerate(names)) or len(names) != len(labels):
-        return  # unnamed (transformers' default) or another count: the head's shape check says it
-    if names != list(labels):
-        raise UserError(f"finetune.init_head: {path}/config.json's id2label ({', '.join(names)}) is not the task's "
-                        f"label order ({', '.join(labels)}): its head's rows would score other labels")
-
-
 def checked_model_settings(name: str, model_cls: type, settings: dict | None) -> dict[str, Any]:
     """finetune.model_settings, each key a field of the model's declared `Settings` (models/base.py)."""
     from textrain.framework.errors import UserError
@@ -304,53 +256,6 @@ def checked_model_settings(name: str, model_cls: type, settings: dict | None) ->
         raise UserError(f"finetune.model_settings: {name} has no setting {', '.join(unknown)}; its settings: "
                         f"{', '.join(sorted(known)) or '(none)'}")
     return settings
-
-
-def build_task_problem(task: str, hparams: dict, shared: dict | None = None):
-    """The task problem with its settings; an unknown task or setting is a UserError naming it.
-
-    `shared`: run-level values (tokenizer, vocab_file, max_seq_length ...) given to the problem when its
-    settings have that name and the value is not None; `hparams` (finetune.problem_hparams) win."""
-    from textrain.framework import registry
-    from textrain.framework.errors import UserError
-    from textrain.framework.tasks import FinetuneTask
-
-    try:
-        cls = registry.problems.get(task)
-    except KeyError as e:
-        raise UserError(f"finetune.task: {e.args[0]}") from None
-    if not issubclass(cls, FinetuneTask):
-        raise UserError(f"finetune.task={task!r} is not a fine-tuning task (framework.tasks.FinetuneTask); "
-                        f"pretraining problems are trained by textrain-train-gpu")
-    fields = {f.name for f in dataclasses.fields(cls.HParams)} if dataclasses.is_dataclass(cls.HParams) else set()
-    unknown = sorted(set(hparams) - fields)
-    if unknown:
-        raise UserError(f"finetune.problem_hparams: {task} has no setting {', '.join(map(repr, unknown))}; "
-                        f"its settings: {', '.join(sorted(fields))}")
-    values = {k: v for k, v in (shared or {}).items() if v is not None and k in fields}
-    values.update(hparams)
-    try:
-        return cls(cls.HParams(**values))
-    except (TypeError, ValueError) as e:
-        raise UserError(f"finetune.problem_hparams for {task}: {e}") from None
-
-
-def ensure_records(problem, data_dir: str, tmp_dir: str, datagen: bool, seed: int | None) -> dict:
-    """The train manifest; when the records are absent and `datagen`, make them first with the problem's
-    own generate_data (what textrain-datagen --problem=<task> runs)."""
-    from textrain.framework.errors import SettingsMismatchError, UserError
-
-    try:
-        return problem.read_manifest(data_dir, "train")
-    except FileNotFoundError as e:
-        if not datagen:
-            raise UserError(f"{e} (or bind finetune.datagen=True)") from None
-    log.info("records of %s absent in %s: generating them", problem.name, data_dir)
-    try:
-        problem.generate_data(data_dir, tmp_dir, seed=0)
-        return problem.read_manifest(data_dir, "train")
-    except (ValueError, FileNotFoundError, SettingsMismatchError) as e:
-        raise UserError(f"datagen for {problem.name}: {e}") from None
 
 
 def write_operative_config(model_dir: str) -> None:
@@ -414,7 +319,7 @@ def main(argv: list[str]) -> None:
 
 def run() -> None:
     """Console entry point `textrain-finetune`."""
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    lazy_tf.quiet_start(sys.argv)
     sys.path.insert(0, os.getcwd())
     from textrain.framework import cli
 

@@ -24,15 +24,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import logging
 import os
 import sys
 from typing import Any, Callable
 
 from absl import flags
 
+from textrain.framework import lazy_tf
+
 FLAGS = flags.FLAGS
-log = logging.getLogger("textrain.launch")
 
 REQUIRED = ("problem", "data_dir", "model", "model_dir")
 
@@ -63,42 +63,6 @@ def check_run_settings(manifest: dict, hparams_cls: type, layout) -> None:
             f"rows per input pipeline ({layout.describe()}), but the data was made with bsz_per_host={per_host}")
 
 
-def problem_hparams_for_training(problem_cls: type, manifest: dict) -> Any:
-    """The problem's settings as the data was made (manifest), then the flags given on the command line.
-
-    Reading must agree with writing (e.g. the record shapes follow max_predictions_per_seq), so a
-    setting the user did not give comes from the manifest, not from the HParams default; a given flag
-    that disagrees is refused by `check_run_settings`.
-    """
-    from textrain.framework.flags import given_flags
-
-    cls = problem_cls.HParams
-    if not dataclasses.is_dataclass(cls):
-        return cls()
-    names = [f.name for f in dataclasses.fields(cls)]
-    settings = manifest.get("settings", {})
-    values = {n: settings[n] for n in names if n in settings}
-    values.update(given_flags(names))
-    return cls(**values)
-
-
-def train_config_from_flags(**overrides: Any):
-    """TrainConfig from the flags; a trainer CLI overrides what it decides itself."""
-    from textrain.trainers.train_config import TrainConfig
-
-    values = dict(
-        model_dir=FLAGS.model_dir, num_train_steps=FLAGS.num_train_steps, global_batch_size=FLAGS.train_batch_size,
-        iterations_per_loop=FLAGS.iterations_per_loop, save_checkpoints_steps=FLAGS.save_checkpoints_steps,
-        keep_checkpoint_max=FLAGS.keep_checkpoint_max, log_steps=FLAGS.log_steps,
-        grad_accum_steps=FLAGS.grad_accum_steps, clip_norm=FLAGS.clip_norm, jit_compile=FLAGS.jit_compile,
-        precision=FLAGS.precision, nan_policy=FLAGS.nan_policy, mem_reset=FLAGS.mem_reset,
-        input_mode=FLAGS.input_mode, init_checkpoint=FLAGS.init_checkpoint)
-    if FLAGS.use_bfloat16 and not FLAGS["precision"].present:
-        values["precision"] = "bf16"
-    values.update(overrides)
-    return TrainConfig(**values)
-
-
 def apply_model_flag_defaults(model_cls: type) -> None:
     """The model's `trainer_defaults` (tensor2tensor: the hparams set carries the batch, schedule and
     optimizer) set every flag among them that the command line did not give."""
@@ -118,57 +82,48 @@ def apply_model_flag_defaults(model_cls: type) -> None:
             FLAGS[name].value = value
 
 
-def optimizer_spec_from_flags():
-    from textrain.trainers.run_spec import OptimizerSpec
+# The flags a trainer CLI's RunSpec takes, by their names (trainers/run_spec.spec_from_names).
+SPEC_FLAGS = (
+    "problem", "model", "data_dir", "do_train", "seed",
+    # TrainConfig
+    "model_dir", "num_train_steps", "train_batch_size", "iterations_per_loop", "save_checkpoints_steps",
+    "keep_checkpoint_max", "log_steps", "grad_accum_steps", "clip_norm", "jit_compile", "precision", "nan_policy",
+    "mem_reset", "input_mode", "init_checkpoint",
+    # OptimizerSpec
+    "learning_rate", "num_warmup_steps", "optimizer", "weight_decay", "lr_decay", "poly_power", "min_lr_ratio",
+    "adam_epsilon", "adam_beta1", "adam_beta2", "layerwise_lr_decay", "lr_hidden_size",
+    # InputSpec, EvalSpec
+    "batching", "do_eval", "eval_batch_size", "max_eval_steps",
+)
 
-    return OptimizerSpec(
-        learning_rate=FLAGS.learning_rate, num_warmup_steps=FLAGS.num_warmup_steps, optimizer=FLAGS.optimizer,
-        weight_decay=FLAGS.weight_decay, lr_decay=FLAGS.lr_decay, poly_power=FLAGS.poly_power,
-        min_lr_ratio=FLAGS.min_lr_ratio, adam_epsilon=FLAGS.adam_epsilon, adam_beta1=FLAGS.adam_beta1,
-        adam_beta2=FLAGS.adam_beta2, layerwise_lr_decay=FLAGS.layerwise_lr_decay,
-        lr_hidden_size=FLAGS.lr_hidden_size)
 
+def run_spec_from_flags(strategy_spec, config_overrides: dict | None = None):
+    """The RunSpec of the command line; `strategy_spec` is the trainer CLI's choice (its StrategySpec),
+    `config_overrides` the TrainConfig fields it decides. The problem's settings are the train manifest's,
+    then the flags given (trainers/run.resolve reads the manifest and checks the given ones against it)."""
+    import dataclasses as dc
 
-def run_spec_from_flags(strategy_spec, strategy, config_overrides: dict | None = None):
-    """The RunSpec of the command line (the train manifest read and checked first); `strategy_spec` is the
-    trainer CLI's choice (its StrategySpec), `strategy` the strategy built from it."""
     from textrain.framework import errors, registry
-    from textrain.trainers.run_spec import EvalSpec, InputSpec, ModelSpec, ProblemSpec, RunSpec
-    from textrain.trainers.strategy import PipelineLayout, input_context
+    from textrain.framework.flags import given_flags
+    from textrain.trainers.run_spec import spec_from_names
     from textrain.trainers.trainer_flags import model_settings_from_flags
 
-    problem_cls = registry.problems.get(FLAGS.problem)
-    manifest = problem_cls().read_manifest(FLAGS.data_dir, "train")
-    context = input_context(strategy)
-    try:
-        # The manifest check first: a flag that disagrees with the data is named as such, not as
-        # whichever invariant of the problem's settings it happens to break (XLNet's
-        # --num_core_per_host vs bsz_per_host).
-        check_run_settings(manifest, problem_cls.HParams, PipelineLayout.of(context))
-        hparams = problem_hparams_for_training(problem_cls, manifest)
-        problem = problem_cls(hparams)
-    except ValueError as e:
-        raise errors.UserError(str(e)) from None
+    hparams_cls = registry.problems.get(FLAGS.problem).HParams
+    names = [f.name for f in dc.fields(hparams_cls)] if dc.is_dataclass(hparams_cls) else []
     try:
         apply_model_flag_defaults(registry.models.get(FLAGS.model))
     except ValueError as e:
         raise errors.UserError(str(e)) from None
-    if FLAGS.do_eval:  # before training: a missing dev split is found now, not after hours
-        try:
-            problem.read_manifest(FLAGS.data_dir, "dev")
-        except FileNotFoundError as e:
-            raise errors.UserError(f"--do_eval: {e} (pretraining problems make it with --dev_fraction > 0)") from None
-    return RunSpec(
-        problem=ProblemSpec(FLAGS.problem, hparams),
-        model=ModelSpec(FLAGS.model, model_settings_from_flags(FLAGS)),
-        data_dir=FLAGS.data_dir,
-        train=train_config_from_flags(**(config_overrides or {})),
-        optimizer=optimizer_spec_from_flags(),
-        input=InputSpec(max_length=FLAGS.max_length or 0, batching=FLAGS.batching),
+    values = {name: FLAGS[name].value for name in SPEC_FLAGS}
+    if FLAGS.use_bfloat16 and not FLAGS["precision"].present:
+        values["precision"] = "bf16"
+    spec = spec_from_names(dict(
+        values, hparams=given_flags(names), from_manifest=True,
+        check_data=lambda manifest, layout: check_run_settings(manifest, hparams_cls, layout),
+        settings=model_settings_from_flags(FLAGS), max_length=FLAGS.max_length or 0,
         # run_pretraining.py --do_eval: the model's own metrics on the dev split, through the one eval loop.
-        eval=EvalSpec(enabled=FLAGS.do_eval, batch_size=FLAGS.eval_batch_size, splits=("dev",),
-                      max_steps=FLAGS.max_eval_steps, task_metrics=False),
-        strategy=strategy_spec, do_train=FLAGS.do_train, seed=FLAGS.seed)
+        splits=("dev",), task_metrics=False, **(config_overrides or {})))
+    return dc.replace(spec, strategy=strategy_spec)
 
 
 def run_training(prog: str, strategy_spec, strategy, *, config_overrides: dict | None = None,
@@ -183,7 +138,7 @@ def run_training(prog: str, strategy_spec, strategy, *, config_overrides: dict |
     from textrain.trainers.run import run
 
     del prog
-    result = run(run_spec_from_flags(strategy_spec, strategy, config_overrides), strategy, check_dataset=check_dataset)
+    result = run(run_spec_from_flags(strategy_spec, config_overrides), strategy, check_dataset=check_dataset)
     if "dev" in result.eval and FLAGS.do_eval:
         print("eval " + json.dumps({k: v for k, v in result.eval["dev"].items() if k != "step"}), flush=True)
     trained = result.train
@@ -215,7 +170,7 @@ def console_main(prog: str, main: Callable[[list[str]], None]) -> None:
     from textrain.framework import cli
     from textrain.framework.flag_aliases import translate_argv
 
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    lazy_tf.quiet_start(sys.argv)
     sys.path.insert(0, os.getcwd())  # problems/models of a --usr_dir next to the working directory
     try:
         sys.argv = translate_argv(sys.argv, "train")

@@ -126,7 +126,7 @@ def layerwise_lr_multipliers(variables: Sequence, depth_fn: Callable[[object], i
     """`decay ** (top_depth - depth_fn(var))` for each variable; `top_depth` defaults to the max depth."""
     depths = [int(depth_fn(v)) for v in variables]
     top = max(depths) if top_depth is None else int(top_depth)
-    bad = [(variable_name(v), d) for v, d in zip(variables, depths) if d < 0 or d > top]
+    bad = [(variable_name(v), d) for v, d in zip(variables, depths, strict=True) if d < 0 or d > top]
     if bad:
         raise ValueError(f"depth_fn gave depths outside [0, {top}]: {bad[:5]}")
     return [float(decay) ** (top - d) for d in depths]

@@ -20,14 +20,13 @@ Decisions:
 from __future__ import annotations
 
 import dataclasses
-import logging
 import os
 import random
 from typing import Any, Callable
 
-from textrain.trainers.run_spec import RunSpec
+from absl import logging
 
-log = logging.getLogger("textrain.run")
+from textrain.trainers.run_spec import ProblemSpec, RunSpec
 
 
 @dataclasses.dataclass
@@ -38,6 +37,8 @@ class RunResult:
     best: dict | None = None  # the best checkpoint's figures (task metrics)
     predict: dict[str, str] = dataclasses.field(default_factory=dict)  # split -> file written
     export: Any = None  # trainers.export.export_classifier's result
+    spec: RunSpec | None = None  # the spec as resolved: task settings, steps and warmup filled in
+    train_examples: int = 0  # the train manifest's example count
 
     @property
     def preempted(self) -> bool:
@@ -60,30 +61,26 @@ def data_seed(model_dir: str, seed: int | None, pipeline_id: int) -> int:
     with tf.io.gfile.GFile(tmp, "w") as f:
         f.write(f"{drawn}\n")
     tf.io.gfile.rename(tmp, path, overwrite=True)
-    log.info("no --seed: the input pipeline uses seed %d, recorded in %s for resumes", drawn, path)
+    logging.info("no --seed: the input pipeline uses seed %d, recorded in %s for resumes", drawn, path)
     return drawn
 
 
 @dataclasses.dataclass
 class ResolvedRun:
-    """What a RunSpec names, built once (`resolve`): the strategy, the problem, its train manifest and this
-    process's input context."""
+    """What a RunSpec names, built once (`resolve`): the spec with what depends on the data filled in, the
+    strategy, the problem, its train manifest and this process's input context."""
 
+    spec: RunSpec
     strategy: Any
     problem: Any
     manifest: dict
     context: Any  # tf.distribute.InputContext
 
 
-def problem_of_spec(spec: RunSpec):
-    from textrain.framework import registry
-
-    cls = registry.problems.get(spec.problem.name)
-    return cls(spec.problem.hparams) if spec.problem.hparams is not None else cls()
-
-
 def needs_finetune_task(spec: RunSpec) -> str | None:
     """What in `spec` needs a fine-tuning task (framework.tasks.FinetuneTask), or None."""
+    if spec.model.task_settings:
+        return "the model's task settings (num_labels, task_type)"
     if spec.eval.enabled and (spec.eval.task_metrics or spec.eval.splits is None):
         return "eval (the task's eval splits and metrics)"
     if spec.predict.enabled:
@@ -95,22 +92,144 @@ def needs_finetune_task(spec: RunSpec) -> str | None:
 
 def resolve(spec: RunSpec, strategy=None) -> ResolvedRun:
     """Build what `spec` names, once: the strategy (unless given), the problem (checked to be a fine-tuning
-    task where eval, predict or export needs one), its train manifest and the input context."""
+    task where the spec needs one) with its settings, its train manifest (records made first when absent and
+    `problem.datagen`) and the input context; then fill in what the spec leaves to the data (task settings,
+    steps from epochs, warmup from a proportion)."""
+    from textrain.framework import registry
     from textrain.framework.errors import UserError
     from textrain.framework.tasks import FinetuneTask
-    from textrain.trainers.strategy import input_context, strategy_from_spec
+    from textrain.trainers.strategy import PipelineLayout, input_context, strategy_from_spec
 
     strategy = strategy if strategy is not None else strategy_from_spec(spec.strategy)
-    try:
-        problem = problem_of_spec(spec)
-    except (ValueError, TypeError) as e:
-        raise UserError(f"problem {spec.problem.name!r}: {e}") from None
+    context = input_context(strategy)
     needs = needs_finetune_task(spec)
-    if needs and not isinstance(problem, FinetuneTask):
+    if needs and not issubclass(registry.problems.get(spec.problem.name), FinetuneTask):
         raise UserError(f"problem {spec.problem.name!r} is not a fine-tuning task (framework.tasks.FinetuneTask): "
                         f"{needs} needs one; turn it off or name a task problem")
-    manifest = problem.read_manifest(spec.data_dir, "train")
-    return ResolvedRun(strategy, problem, manifest, input_context(strategy))
+    problem, manifest = build_problem(spec.problem, spec.data_dir, PipelineLayout.of(context))
+    _check_eval_splits(spec, problem)
+    if spec.train.init_head and spec.train.init_checkpoint and isinstance(problem, FinetuneTask):
+        _check_hf_head_labels(spec.train.init_checkpoint, problem.label_list(spec.data_dir))
+    return ResolvedRun(_data_resolved(spec, problem, manifest), strategy, problem, manifest, context)
+
+
+def _check_hf_head_labels(path: str, labels: list[str]) -> None:
+    """init_head from an HF directory: its id2label, where it names labels, must be the task's in the same
+    order, or each row of its head would score another label."""
+    from textrain.framework.errors import UserError
+    from textrain.models import hf_format
+
+    if not hf_format.is_hf_directory(path):
+        return
+    names = hf_format.label_names(hf_format.read_config(path))
+    if not names or all(n == f"LABEL_{i}" for i, n in enumerate(names)) or len(names) != len(labels):
+        return  # unnamed (transformers' default) or another count: the head's shape check says it
+    if names != list(labels):
+        raise UserError(f"finetune.init_head: {path}/config.json's id2label ({', '.join(names)}) is not the task's "
+                        f"label order ({', '.join(labels)}): its head's rows would score other labels")
+
+
+def build_problem(p: ProblemSpec, data_dir: str, layout=None) -> tuple[Any, dict]:
+    """The problem `p` names with its settings, and its train manifest (records made first when absent and
+    `p.datagen`). With `p.from_manifest` the manifest is read first, `p.check_data(manifest, layout)` run on it,
+    and the settings it recorded are the problem's defaults. A setting refused is one UserError line."""
+    from textrain.framework import registry
+    from textrain.framework.errors import UserError
+
+    cls = registry.problems.get(p.name)
+    manifest = None
+    if p.from_manifest:
+        # The check first: a setting that disagrees with the data is named as such, not as whichever invariant
+        # of the problem's settings it happens to break (XLNet's --num_core_per_host vs bsz_per_host).
+        manifest = cls().read_manifest(data_dir, "train")
+        if p.check_data is not None:
+            p.check_data(manifest, layout)
+    try:
+        problem = cls(_problem_hparams(p, cls, manifest))
+    except (ValueError, TypeError) as e:
+        raise UserError(f"problem {p.name!r}: {e}") from None
+    if manifest is None:
+        manifest = _train_manifest(problem, data_dir, p)
+    return problem, manifest
+
+
+def _problem_hparams(p, cls: type, manifest: dict | None):
+    """The problem's settings: an HParams instance as given; else the manifest's (from_manifest), the shared
+    run-level values of its settings' names, then `p.hparams` (a dict: an unknown name is refused)."""
+    from textrain.framework.errors import UserError
+
+    if p.hparams is not None and not isinstance(p.hparams, dict):
+        return p.hparams
+    if not dataclasses.is_dataclass(cls.HParams):
+        return cls.HParams()
+    fields = {f.name for f in dataclasses.fields(cls.HParams)}
+    given = dict(p.hparams or {})
+    unknown = sorted(set(given) - fields)
+    if unknown:
+        raise UserError(f"problem_hparams: {p.name} has no setting {', '.join(map(repr, unknown))}; "
+                        f"its settings: {', '.join(sorted(fields))}")
+    recorded = (manifest or {}).get("settings", {}) if p.from_manifest else {}
+    values = {k: v for k, v in recorded.items() if k in fields}
+    values.update({k: v for k, v in p.shared.items() if v is not None and k in fields})
+    values.update(given)
+    return cls.HParams(**values)
+
+
+def _train_manifest(problem, data_dir: str, p) -> dict:
+    """The train manifest; when the records are absent and `p.datagen`, made first with the problem's own
+    generate_data (what textrain-datagen --problem=<name> runs)."""
+    from textrain.framework.errors import SettingsMismatchError, UserError
+
+    try:
+        return problem.read_manifest(data_dir, "train")
+    except FileNotFoundError as e:
+        if not p.datagen:
+            raise UserError(f"{e} (or bind finetune.datagen=True)") from None
+    logging.info("records of %s absent in %s: generating them", problem.name, data_dir)
+    try:
+        problem.generate_data(data_dir, p.tmp_dir, seed=0)
+        return problem.read_manifest(data_dir, "train")
+    except (ValueError, FileNotFoundError, SettingsMismatchError) as e:
+        raise UserError(f"datagen for {problem.name}: {e}") from None
+
+
+def _check_eval_splits(spec: RunSpec, problem) -> None:
+    """Eval splits the spec names exist before training: a missing one is found now, not after hours."""
+    from textrain.framework.errors import UserError
+
+    if not spec.eval.enabled or spec.eval.splits is None:
+        return
+    for split in spec.eval.splits:
+        try:
+            problem.read_manifest(spec.data_dir, split)
+        except FileNotFoundError as e:
+            raise UserError(f"--do_eval: {e} (pretraining problems make it with --dev_fraction > 0)") from None
+
+
+def _data_resolved(spec: RunSpec, problem, manifest: dict) -> RunSpec:
+    """`spec` with what it leaves to the data filled in."""
+    from textrain.framework.errors import UserError
+
+    model, train, optimizer = spec.model, spec.train, spec.optimizer
+    if model.task_settings:
+        settings = dict(model.settings, num_labels=int(problem.num_labels(spec.data_dir)),
+                        task_type=problem.task_type)
+        settings.setdefault("task_name", spec.problem.name)  # an HF init's head: its own scope (finetune)
+        model = dataclasses.replace(model, settings=settings, task_settings=False)
+    if train.num_train_steps is None:
+        examples = int(manifest["num_examples"])
+        steps = int(examples / train.global_batch_size * train.num_train_epochs)
+        if steps <= 0:
+            raise UserError(f"num_train_steps is {steps} ({examples} train examples, batch "
+                            f"{train.global_batch_size}, {train.num_train_epochs} epochs): bind a positive value")
+        train = dataclasses.replace(train, num_train_steps=steps)
+    if not spec.eval.enabled and train.eval_every_steps:
+        train = dataclasses.replace(train, eval_every_steps=0)
+    if optimizer.warmup_proportion is not None:
+        optimizer = dataclasses.replace(optimizer, num_warmup_steps=int(train.num_train_steps
+                                                                        * optimizer.warmup_proportion),
+                                        warmup_proportion=None)
+    return dataclasses.replace(spec, model=model, train=train, optimizer=optimizer)
 
 
 def build_model(name: str, settings: dict[str, Any], manifest: dict | None):
@@ -157,14 +276,13 @@ def run(spec: RunSpec, strategy=None, *, check_dataset: Callable[[Any], None] | 
 
     from textrain.trainers.strategy import strategy_from_spec
 
-    logging.getLogger("textrain").setLevel(logging.INFO)
     strategy = strategy if strategy is not None else strategy_from_spec(spec.strategy)
+    resolved = resolve(spec, strategy)  # before seeding: records it makes leave the seeded streams alone
     if spec.seed is not None:
         tf.keras.utils.set_random_seed(spec.seed)
-    resolved = resolve(spec, strategy)
     fresh = resolved.context.num_input_pipelines == 1 and not tf.io.gfile.exists(spec.model_dir)
     try:
-        return _run(spec, resolved, check_dataset)
+        return _run(resolved, check_dataset)
     except BaseException:
         if fresh:
             _remove_if_no_checkpoint(spec.model_dir)
@@ -180,14 +298,14 @@ def _remove_if_no_checkpoint(model_dir: str) -> None:
         tf.io.gfile.rmtree(model_dir)
 
 
-def _run(spec: RunSpec, resolved: ResolvedRun, check_dataset) -> RunResult:
+def _run(resolved: ResolvedRun, check_dataset) -> RunResult:
     import tensorflow as tf
 
     from textrain.framework.errors import UserError
     from textrain.framework.problem import DataParams, ModeKeys
     from textrain.trainers import core
 
-    strategy, problem, manifest = resolved.strategy, resolved.problem, resolved.manifest
+    spec, strategy, problem, manifest = resolved.spec, resolved.strategy, resolved.problem, resolved.manifest
     seed = (data_seed(spec.model_dir, spec.seed, resolved.context.input_pipeline_id) if spec.input.record_data_seed
             else spec.seed)
     params = DataParams(batch_size=spec.train.global_batch_size, max_length=spec.input.max_length,
@@ -213,7 +331,7 @@ def _run(spec: RunSpec, resolved: ResolvedRun, check_dataset) -> RunResult:
     except (ValueError, FileNotFoundError) as e:
         raise UserError(str(e)) from None
     evaluator = _evaluator(spec, strategy, trainer, problem) if spec.eval.enabled else None
-    result = RunResult(step=int(trainer.step.numpy()))
+    result = RunResult(step=int(trainer.step.numpy()), spec=spec, train_examples=int(manifest.get("num_examples", 0)))
     if spec.do_train:
         result.train = trainer.train(callbacks=[evaluator] if evaluator else [])
         result.step = int(trainer.step.numpy())

@@ -13,7 +13,7 @@ class TrainerSetupError(UserError, ValueError):
 @dataclasses.dataclass
 class TrainConfig:
     model_dir: str
-    num_train_steps: int
+    num_train_steps: int | None  # None: from num_train_epochs (trainers/run.resolve)
     global_batch_size: int = 0          # for examples/s only (0: not reported)
     iterations_per_loop: int = 100
     save_checkpoints_steps: int = 1000
@@ -35,6 +35,8 @@ class TrainConfig:
     handle_sigterm: bool = True
     loss_scale_period: int = 2000       # fp16: finite steps before the loss scale doubles
     eval_every_steps: int = 0           # host loops also end at multiples of this (evaluation callbacks)
+    # Without num_train_steps: int(train examples / global_batch_size * num_train_epochs), as run_classifier.py.
+    num_train_epochs: float = 0.0
 
     def validate(self) -> None:
         checks = [

@@ -162,7 +162,7 @@ class SentencePieceEncoder:
         ids, lengths = self.encode_batch_flat(texts)
         ends = np.cumsum(lengths).tolist()
         flat = ids.tolist()
-        return [flat[a:b] for a, b in zip([0] + ends[:-1], ends)]
+        return [flat[end - n:end] for n, end in zip(lengths.tolist(), ends, strict=True)]
 
     def encode_batch_flat(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """The ids of every text, concatenated (int32), and each text's number of ids (int64).

@@ -432,7 +432,7 @@ class _BuildInputs:
 def _check_reserved(reserved_tokens: Sequence[str] | None) -> list[str]:
     if reserved_tokens is None:
         return list(RESERVED_TOKENS)
-    for default, proposed in zip(RESERVED_TOKENS, reserved_tokens):
+    for default, proposed in zip(RESERVED_TOKENS, reserved_tokens, strict=False):  # a prefix
         if default != proposed:
             raise ValueError(f"reserved_tokens must start with {RESERVED_TOKENS}, "
                              f"got {list(reserved_tokens)}")

@@ -362,7 +362,7 @@ class WordpieceEncoder:
         if fast_idx:
             encodings = self._hf.encode_batch_fast([texts[i] for i in fast_idx],
                                                    add_special_tokens=False)
-            for i, enc in zip(fast_idx, encodings):
+            for i, enc in zip(fast_idx, encodings, strict=True):
                 out[i] = enc.ids
         return out  # type: ignore[return-value]
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections
 import heapq
+import itertools
 from typing import Iterable, Mapping, Sequence
 
 from absl import logging
@@ -83,7 +84,7 @@ def learn_wordpiece(word_counts: Mapping[str, int], size: int, min_frequency: in
             words.append([word[0]] + ["##" + ch for ch in word[1:]])
             counts.append(count)
     symbol_counts: collections.Counter = collections.Counter()
-    for syms, count in zip(words, counts):
+    for syms, count in zip(words, counts, strict=True):
         for sym in syms:
             symbol_counts[sym] += count
     vocab = sorted(symbol_counts, key=lambda sym: (-symbol_counts[sym], sym))[:size]
@@ -91,8 +92,8 @@ def learn_wordpiece(word_counts: Mapping[str, int], size: int, min_frequency: in
 
     pair_counts: collections.Counter = collections.Counter()
     where: dict[tuple[str, str], set[int]] = collections.defaultdict(set)
-    for i, (syms, count) in enumerate(zip(words, counts)):
-        for pair in zip(syms, syms[1:]):
+    for i, (syms, count) in enumerate(zip(words, counts, strict=True)):
+        for pair in itertools.pairwise(syms):
             pair_counts[pair] += count
             where[pair].add(i)
     heap = [(-c, a, b) for (a, b), c in pair_counts.items()]
@@ -123,9 +124,9 @@ def learn_wordpiece(word_counts: Mapping[str, int], size: int, min_frequency: in
                     j += 1
             if not changed:
                 continue
-            for pair in zip(syms, syms[1:]):
+            for pair in itertools.pairwise(syms):
                 pair_counts[pair] -= count
-            for pair in zip(out, out[1:]):
+            for pair in itertools.pairwise(out):
                 pair_counts[pair] += count
                 where[pair].add(i)
                 heapq.heappush(heap, (-pair_counts[pair], *pair))

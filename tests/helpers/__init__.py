@@ -5,6 +5,7 @@ import json
 import os
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+EMMA = os.path.join(REPO, "tests", "data", "austen_emma.txt")
 
 
 def cli_env(*, drop: tuple[str, ...] = (), **extra: str) -> dict:
@@ -23,3 +24,13 @@ def final_figures(stdout: str) -> dict:
     lines = [line for line in stdout.splitlines() if line.startswith("final ")]
     assert lines, stdout[-2000:]
     return json.loads(lines[-1][len("final "):])
+
+
+def emma_speech_rows() -> list[tuple[str, str]]:
+    """The fine-tuning tests' task: (sentence without quote marks, speech|narration) for each line of Emma."""
+    rows = []
+    for line in open(EMMA, encoding="utf-8"):
+        line = line.strip()
+        if line:
+            rows.append((line.replace('"', "").replace("\t", " "), "speech" if '"' in line else "narration"))
+    return rows

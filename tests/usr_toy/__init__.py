@@ -114,3 +114,16 @@ class UsrToyClassifier(FinetuneModel):
         made = (manifest or {}).get("settings", {})
         return cls(int(made["vocab_size"]), int(num_labels or made["num_labels"]))
 
+    @classmethod
+    def from_config(cls, config, *, num_labels=None, n_top=(5, 5), head="original"):
+        """textrain-convert: the model of a config file ({"vocab_size": ..., "width": ...}), variables made."""
+        model = cls(int(config["vocab_size"]), int(num_labels), int(config.get("width", 8)))
+        model.embedding.build((None,))
+        model.head.build((None, model.embedding.output_dim))
+        return model
+
+    def tf1_variable_map(self):
+        """The names textrain-convert --to_tf1 writes."""
+        return {"usr_toy/embeddings": self.embedding.embeddings, "usr_toy/head/kernel": self.head.kernel,
+                "usr_toy/head/bias": self.head.bias}
+

@@ -17,17 +17,30 @@ from __future__ import annotations
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from benchmarks import step_bench  # noqa: E402
-from benchmarks.bench_bert_step import PEER_INSTALL, PEER_PYTHON, peer_available  # noqa: E402
-from benchmarks.step_bench import mean  # noqa: E402
+from benchmarks.lib import step_bench  # noqa: E402
+from benchmarks.lib.step_bench import mean  # noqa: E402
+
+PEER_PYTHON = os.path.join(step_bench.REPO, ".venv-bench", "bin", "python")
+PEER_INSTALL = ("python3 -m venv --system-site-packages .venv-bench && "
+                ".venv-bench/bin/pip install --no-deps keras-hub==0.32.0")
 
 __all__ = ["PEER_INSTALL", "PEER_PYTHON", "choose_sides", "row", "GOAL",
            "keras_optimizer", "HEADER"]
 
 HEADER = (f"{'config':<10} {'side':<16} {'s/step':>7} {'CPU s/step':>10} {'ex/s':>6} {'% matmul':>8} {'(CPU)':>6} "
           f"{'warm-up s':>9} {'peak RSS MiB':>12} {'load':>5} {'loss':>8}")
+
+
+def peer_available(python: str) -> bool:
+    """Whether `python` exists and imports keras_hub."""
+    if not os.path.exists(python):
+        return False
+    import subprocess
+    probe = subprocess.run([python, "-c", "import keras_hub"], capture_output=True,
+                           env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    return probe.returncode == 0
 
 
 def choose_sides(spec: str, peer_python: str = PEER_PYTHON) -> list[str]:

@@ -30,7 +30,7 @@ import time
 from collections import defaultdict
 from typing import Any, Callable
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def gpu_present() -> bool:
@@ -68,7 +68,7 @@ def matmul_peak() -> dict:
     CPU-second), "gpu": device name or ""}."""
     import sys
 
-    from benchmarks import same_run
+    from benchmarks.lib import same_run
     out = same_run.run_measured([sys.executable, os.path.abspath(__file__), "--matmul"],
                                 env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))["output"]
     return parse_child(out)
@@ -223,7 +223,7 @@ def parse_child(output: str) -> dict:
 def run_child(argv: list[str]) -> dict[str, Any]:
     """Runs a child (`argv`, which prints a RESULT line) in a fresh process: its parsed result, with the
     process tree's CPU and wall seconds (every side of every step benchmark runs this way)."""
-    from benchmarks import same_run  # here: a child process imports this module without the benchmarks package
+    from benchmarks.lib import same_run  # here: a child process imports this module without the benchmarks package
     measured = same_run.run_measured(argv, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
     result = parse_child(measured["output"])
     result["process_cpu_s"], result["process_wall_s"] = measured["cpu"], measured["wall"]

@@ -20,7 +20,7 @@ import sys
 import threading
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SHARED = os.environ.get("TEXTRAIN_SHARED") or os.path.join(os.path.dirname(REPO), "shared")  # CI: beside the clone
 CORPUS_EN = os.path.join(SHARED, "corpora", "en")
 ORIGINALS = os.path.join(SHARED, "originals")

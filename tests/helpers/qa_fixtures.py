@@ -7,7 +7,7 @@ import os
 
 from textrain.framework import encoders
 
-TESTS = os.path.dirname(os.path.abspath(__file__))
+TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EMMA = os.path.join(TESTS, "data", "austen_emma.txt")
 
 WORDS = """the a an man went to store and bought gallon of milk leader was john smith born what year who
