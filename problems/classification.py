@@ -72,7 +72,27 @@ class ClassificationHParams(TokenizerHParams):
                                        "(GLUE's QQP train.tsv has a few such rows: a question split by a newline).")
 
 
-class ClassificationProblem(FinetuneTask):
+class SavedLabelList:
+    """A task whose label list `prepare` decides and saves in its problem folder (`LABELS_FILE`); worker
+    processes read it back from there. The class sets `self._labels` (None until known)."""
+
+    LABELS_FILE: ClassVar[str] = "labels.json"
+    _labels: list[str] | None
+
+    def labels_path(self, data_dir: str) -> str:
+        return os.path.join(self.problem_dir(data_dir), self.LABELS_FILE)
+
+    def labels(self, data_dir: str) -> list[str]:
+        """The label list decided by `prepare` (read from the problem folder in worker processes)."""
+        if self._labels is None:
+            path = self.labels_path(data_dir)
+            if not fileio.exists(path):
+                raise FileNotFoundError(f"{path} does not exist: run textrain-datagen (prepare) first")
+            self._labels = list(fileio.read_json(path)["labels"])
+        return self._labels
+
+
+class ClassificationProblem(SavedLabelList, FinetuneTask):
     """Sentence(-pair) classification/regression/multilabel records for BERT, ELECTRA and XLNet.
 
     Subclasses implement `split_paths(split) -> list[str]`, `split_columns(split) -> Columns`,
@@ -85,7 +105,6 @@ class ClassificationProblem(FinetuneTask):
                                                 "task_type", "multilabel_separator")
     fixed_labels: ClassVar[list[str] | None] = None
     train_shards: ClassVar[int] = 8
-    LABELS_FILE: ClassVar[str] = "labels.json"
 
     def __init__(self, hparams=None):
         super().__init__(hparams)
@@ -167,9 +186,6 @@ class ClassificationProblem(FinetuneTask):
         return {"inputs": self.encoder()}
 
     # ------------------------------------------------------------------ labels
-    def labels_path(self, data_dir: str) -> str:
-        return os.path.join(self.problem_dir(data_dir), self.LABELS_FILE)
-
     def learn_labels(self) -> list[str]:
         """The label list when there is no fixed one (GLUE has fixed lists)."""
         raise NotImplementedError
@@ -180,15 +196,6 @@ class ClassificationProblem(FinetuneTask):
         if self.fixed_labels is not None:
             return list(self.fixed_labels)
         return self.learn_labels()
-
-    def labels(self, data_dir: str) -> list[str]:
-        """The label list decided by `prepare` (read from the problem folder in worker processes)."""
-        if self._labels is None:
-            path = self.labels_path(data_dir)
-            if not fileio.exists(path):
-                raise FileNotFoundError(f"{path} does not exist: run textrain-datagen (prepare) first")
-            self._labels = list(fileio.read_json(path)["labels"])
-        return self._labels
 
     # ------------------------------------------------------------------ generation side
     def dataset_splits(self) -> list[tuple[str, int]]:

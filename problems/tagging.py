@@ -50,7 +50,7 @@ from textrain.framework.problem import DatasetSplit
 from textrain.framework.registry import register_problem
 from textrain.framework.settings import help_text
 from textrain.framework.tasks import FinetuneTask, tokenizer_file
-from textrain.problems.classification import TokenizerHParams
+from textrain.problems.classification import SavedLabelList, TokenizerHParams
 from textrain.problems.layouts import bert_layout, xlnet_layout
 from textrain.problems.squad import doc_windows, is_max_context
 
@@ -268,13 +268,12 @@ def merge_windows(num_words: Sequence[int], sentence_index: np.ndarray, word_ids
 # The problem
 # ================================================================================================ #
 @register_problem(name="tagging")
-class TaggingProblem(FinetuneTask):
+class TaggingProblem(SavedLabelList, FinetuneTask):
     """CoNLL / JSON Lines tagged sentences -> windowed token-classification records (module docstring)."""
 
     HParams: ClassVar[type] = TaggingHParams
     task_type = "tagging"
     train_shards: ClassVar[int] = 8
-    LABELS_FILE: ClassVar[str] = "labels.json"
     DATA_SETTINGS: ClassVar[tuple[str, ...]] = ("tokenizer", "max_seq_length", "do_lower_case", "uncased",
                                                 "scheme", "doc_stride")
     _FLAGS = {DatasetSplit.TRAIN: "train_file", DatasetSplit.EVAL: "dev_file", DatasetSplit.TEST: "test_file"}
@@ -350,18 +349,6 @@ class TaggingProblem(FinetuneTask):
                     shown = ", ".join(sorted(known)[:20])
                     raise UserError(f"{sentence.where(i)}: label {tag!r} is not one of the {len(known)} labels of "
                                     f"the train file ({shown})")
-
-    def labels_path(self, data_dir: str) -> str:
-        return os.path.join(self.problem_dir(data_dir), self.LABELS_FILE)
-
-    def labels(self, data_dir: str) -> list[str]:
-        """The label list `prepare` decided (read from the problem folder in worker processes)."""
-        if self._labels is None:
-            path = self.labels_path(data_dir)
-            if not fileio.exists(path):
-                raise FileNotFoundError(f"{path} does not exist: run textrain-datagen (prepare) first")
-            self._labels = list(fileio.read_json(path)["labels"])
-        return self._labels
 
     def feature_encoders(self, data_dir: str) -> dict:
         return {"inputs": self.encoder()}
