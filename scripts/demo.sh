@@ -7,7 +7,8 @@
 # Everything lands in demo_out/ (ignored by git); re-running reuses the finished steps.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export TF_CPP_MIN_LOG_LEVEL=2
+# TF_CPP_MIN_LOG_LEVEL is left unset: the CLIs then hide TensorFlow's C++ start-up lines themselves
+# (a user who sets it asks for them).
 OUT=${DEMO_OUT:-demo_out}
 STEPS=${DEMO_STEPS:-600}
 
@@ -61,6 +62,8 @@ echo "eval_results.json:"; cat "$OUT/emma_speech_run/eval_results.json"
 echo "== 6/7 one raw sentence through the exported SavedModel (tokenised in the graph)"
 python3 - "$OUT/emma_speech_run/export" <<'PY'
 import sys
+from textrain.framework import lazy_tf
+lazy_tf.quiet_start(sys.argv)  # TensorFlow imported without its C++ start-up lines, as the CLIs do
 import tensorflow as tf
 model = tf.saved_model.load(sys.argv[1])
 for text in ["I am sure you will like her very much, my dear.",
