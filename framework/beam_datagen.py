@@ -12,18 +12,14 @@ The pipeline is the local driver's steps (framework/generator.py), not a second 
 1. `plan_generation` runs in the launching process: vocabulary building (`problem.prepare`, once,
    before any shard), the list of shard jobs still to do (complete shards are kept on re-runs), and the
    partitions of a problem's document corpus (framework/shuffle.py).
-2. `Create(units) | Reshuffle | Map(render) | ToList | Map(check)`: for problems without a document
-   corpus, their structured and compressed files are rendered to plain text once, a unit per element; the
-   result (which file reads which rendered files) is a side input of the shard stage. The rendered files
-   are removed by the last stage, and by the launcher when the pipeline ends or fails.
-3. `Create(partitions) | Reshuffle | FlatMap(read)`: each partition read once, each document keyed by the
+2. `Create(partitions) | Reshuffle | FlatMap(read)`: each partition read once, each document keyed by the
    (split, shard) its text hashes to, with its corpus position; `{jobs, documents} | CoGroupByKey`: the
    engine's shuffle brings each shard job its documents, sorted back into corpus order, and `WriteShard`
    rebuilds the problem from a `ProblemRecipe` and calls `run_shard_job` -- the function `--num_workers`
    datagen calls -- so for the same seed the shards are byte-identical whatever the runner and the number
    of workers. A shard is written as `<name>.incomplete` and renamed when whole (shards.write_shard); a
    retried or speculative duplicate bundle rewrites the same bytes under the same name.
-4. `ToList | ParDo(WriteManifests)`: a global combine emits only after EVERY shard write of the
+3. `ToList | ParDo(WriteManifests)`: a global combine emits only after EVERY shard write of the
    pipeline has finished, so the manifests are written by the pipeline's last stage, on a worker.
    Why there and not by the launcher after `wait_until_finish()`: on distributed runners the
    launcher may not wait (Dataflow templates, Flink `--detached`, a laptop that disconnects) and the
@@ -57,15 +53,11 @@ from textrain.framework.errors import UserError
 from textrain.framework.generator import (
     GenerationPlan,
     ProblemRecipe,
-    Rendered,
     ShardJob,
     Shuffled,
-    corpus_units,
     generation_lock,
     plan_generation,
     plan_shuffle,
-    remove_rendered,
-    rendered_dir,
     run_shard_job,
     write_manifests,
 )
@@ -127,7 +119,7 @@ class WriteShard(_ProblemDoFn):
         super().__init__(spec, data_dir, tmp_dir)
         self.seed, self.shuffled = seed, shuffled
 
-    def process(self, keyed: tuple, rendered: Rendered, failed: str | None) -> Iterator[dict]:
+    def process(self, keyed: tuple, failed: str | None) -> Iterator[dict]:
         """`failed`: the corpus check's error, decided before any shard (then no shard is written)."""
         if failed is not None:
             return
@@ -138,10 +130,10 @@ class WriteShard(_ProblemDoFn):
                 docs = sorted(d for docs in grouped["docs"] for d in docs)  # (partition, position): corpus order
                 texts = shuffle.GroupedTexts(split, shard_id, tuple(text for _, _, text in docs))
             with reported(failures_dir(self.problem, self.data_dir), (2, split, shard_id)):
-                yield self._write(job, rendered, texts)
+                yield self._write(job, texts)
 
-    def _write(self, job: ShardJob, rendered: Rendered, texts: shuffle.GroupedTexts | None) -> dict:
-        stats = run_shard_job(self.problem, self.data_dir, self.tmp_dir, self.seed, job, rendered, texts)
+    def _write(self, job: ShardJob, texts: shuffle.GroupedTexts | None) -> dict:
+        stats = run_shard_job(self.problem, self.data_dir, self.tmp_dir, self.seed, job, texts)
         beam.metrics.Metrics.counter(_COUNTERS, "shards").inc()
         beam.metrics.Metrics.counter(_COUNTERS, "examples").inc(stats["count"])
         logging.info("datagen %s on Beam: shards: %s-%d of %d: %d examples in %.1fs", self.problem.name, job.split,
@@ -152,20 +144,12 @@ class WriteShard(_ProblemDoFn):
 class WriteManifests(_ProblemDoFn):
     """The last stage: runs once, after all shard writes (its input is the ToList of their stats)."""
 
-    def __init__(self, spec: ProblemRecipe, data_dir: str, tmp_dir: str, plan: GenerationPlan, rendered: str):
+    def __init__(self, spec: ProblemRecipe, data_dir: str, tmp_dir: str, plan: GenerationPlan):
         super().__init__(spec, data_dir, tmp_dir)
-        self.plan, self.rendered = plan, rendered
+        self.plan = plan
 
     def process(self, all_stats: list[dict]) -> Iterator[str]:
-        manifests = write_manifests(self.problem, self.data_dir, self.plan)
-        remove_rendered(self.rendered)  # here too: a launcher that does not wait for the pipeline cannot
-        yield from sorted(manifests)
-
-
-def _render(numbered: tuple[int, corpus_formats.RenderUnit], failures: str) -> tuple[int, list]:
-    number, unit = numbered
-    with reported(failures, (0, number)):
-        return number, corpus_formats.render_unit(unit)
+        yield from sorted(write_manifests(self.problem, self.data_dir, self.plan))
 
 
 class ReadPartition(beam.DoFn):
@@ -215,13 +199,6 @@ def check_corpus(read: list[tuple[int, str, list, str | None]], failures: str) -
     return message
 
 
-def _check(results: list[tuple[int, list]], units: list[corpus_formats.RenderUnit], failures: str) -> Rendered:
-    """After every unit: the bad records of each file against its --skip_bad_records; what the shards read."""
-    with reported(failures, (1,)):
-        corpus_formats.check_units(units, [bad for _, bad in sorted(results, key=lambda r: r[0])])
-    return corpus_formats.renderings(units)
-
-
 def pipeline_args(options: str | Sequence[str]) -> list[str]:
     """--beam_pipeline_options in either form users write: command-line arguments
     ("--runner=DirectRunner --direct_num_workers=2", as Beam's own programs take them) or TFDS's comma list
@@ -241,10 +218,9 @@ def pipeline_options(options: str | Sequence[str]) -> PipelineOptions:
 
 
 def build_pipeline(pipeline: beam.Pipeline, problem: Problem, data_dir: str, tmp_dir: str,
-                   plan: GenerationPlan, units: list[corpus_formats.RenderUnit], rendered: str,
-                   shuffled: Shuffled | None = None) -> None:
-    """Add the render, shuffle, shard and manifest stages of `plan` to `pipeline` (`units`: the corpus
-    units to render, into the directory `rendered`; `shuffled`: the document corpus's partitions)."""
+                   plan: GenerationPlan, shuffled: Shuffled | None = None) -> None:
+    """Add the shuffle, shard and manifest stages of `plan` to `pipeline` (`shuffled`: the document
+    corpus's partitions)."""
     spec = ProblemRecipe.of(problem)
     failures = failures_dir(problem, data_dir)
     jobs = (pipeline
@@ -264,18 +240,12 @@ def build_pipeline(pipeline: beam.Pipeline, problem: Problem, data_dir: str, tmp
     else:
         documents = pipeline | "NoDocuments" >> beam.Create([])
         checked = pipeline | "NoCorpus" >> beam.Create([None])
-    ready = (pipeline
-             | "CorpusUnits" >> beam.Create(list(enumerate(units)))
-             | "SpreadUnits" >> beam.Reshuffle()
-             | "RenderUnits" >> beam.Map(_render, failures)
-             | "AfterAllUnits" >> beam.combiners.ToList()
-             | "CheckUnits" >> beam.Map(_check, units, failures))
     _ = ({"job": jobs, "docs": documents}
          | "ShuffleToShards" >> beam.CoGroupByKey()
          | "WriteShards" >> beam.ParDo(WriteShard(spec, data_dir, tmp_dir, plan.seed, shuffled is not None),
-                                       beam.pvalue.AsSingleton(ready), beam.pvalue.AsSingleton(checked))
+                                       beam.pvalue.AsSingleton(checked))
          | "AfterAllShards" >> beam.combiners.ToList()
-         | "WriteManifests" >> beam.ParDo(WriteManifests(spec, data_dir, tmp_dir, plan, rendered)))
+         | "WriteManifests" >> beam.ParDo(WriteManifests(spec, data_dir, tmp_dir, plan)))
 
 
 def generate_data(problem: Problem, data_dir: str, tmp_dir: str, *, options: str | Sequence[str] = "",
@@ -312,26 +282,22 @@ def _generate_locked(problem: Problem, data_dir: str, tmp_dir: str, options: str
     start = time.time()
     # Beam logs every worker-harness event at INFO (through the launcher); keep its warnings only.
     std_logging.getLogger("apache_beam").setLevel(std_logging.WARNING)
-    directory = rendered_dir(problem, data_dir)
     failures = failures_dir(problem, data_dir)
     fileio.rmtree(failures) if fileio.exists(failures) else None  # a killed run's
     try:
-        units = corpus_units(problem, tmp_dir, plan, directory)
         shuffled = plan_shuffle(problem, data_dir, tmp_dir, plan, partition_mb, spill=False)
-        logging.info("datagen %s on Beam: %d corpus units to render, %d partitions, %d shard jobs", problem.name,
-                     len(units), len(shuffled.partitions) if shuffled else 0, len(plan.jobs))
+        logging.info("datagen %s on Beam: %d partitions, %d shard jobs", problem.name,
+                     len(shuffled.partitions) if shuffled else 0, len(plan.jobs))
         with beam.Pipeline(options=pipeline_options(options)) as pipeline:
-            build_pipeline(pipeline, problem, data_dir, tmp_dir, plan, units, directory, shuffled)
+            build_pipeline(pipeline, problem, data_dir, tmp_dir, plan, shuffled)
     except BaseException:
-        remove_rendered(directory)
         message = first_failure(failures)
         if fileio.exists(failures):
             fileio.rmtree(failures)
         if message is not None:
             raise UserError(message) from None
         raise
-    if PipelineState.is_terminal(pipeline.result.state):  # not while a detached pipeline still reads them
-        remove_rendered(directory)
+    if PipelineState.is_terminal(pipeline.result.state):  # a detached pipeline's failures and counters come later
         message = first_failure(failures)
         if message is not None:  # bad input: the pipeline wrote no shard
             fileio.rmtree(failures)

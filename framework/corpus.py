@@ -8,9 +8,9 @@ Decisions:
   transparently (by extension), as tensor2tensor does (`.zst` too, through corpus_formats).
 - Other formats (JSON Lines, Parquet, Arrow, CSV/TSV, MediaWiki XML): `expand_paths(pattern, options)`
   gives `corpus_formats.CorpusFile`s, opened here as the text they stand for; documents of records are
-  counted without being cut into sentences unless kept (see corpus_formats). In a datagen shard job a file
-  that the run rendered to plain text already is read from its rendered units (`CorpusFile.rendered`):
-  the problems without a document corpus (framework/shuffle.py reads the others once, in partitions).
+  counted without being cut into sentences unless kept (see corpus_formats). A problem's own
+  `generate_samples` reads its files whole in every shard job; a document corpus is read once, in
+  partitions (framework/shuffle.py).
 - Bytes that are not UTF-8 are an error naming the file and line by default. `on_bad_utf8="replace"`
   substitutes U+FFFD, `"skip"` drops the line; both count what they did and log it once per file.
 - A document never continues into the next file, and empty documents are never yielded.
@@ -76,9 +76,8 @@ def is_compressed(path: str) -> bool:
 
 
 def _open_binary(path: str) -> io.BufferedIOBase:
-    if corpus_formats.is_structured(path) or (isinstance(path, corpus_formats.CorpusFile) and path.rendered):
-        # the text its records stand for
-        return corpus_formats.open_rendered(path)
+    if corpus_formats.is_structured(path):  # the text its records stand for
+        return corpus_formats.open_as_text(path)
     if path.endswith(".zst"):
         return corpus_formats.open_binary(path)
     if not fileio.exists(path):
@@ -301,13 +300,13 @@ def iter_document_texts(paths: Sequence[str] | str, on_bad_utf8: str = "error",
         paths = expand_paths(paths)
     index = -1
     for path in paths:
-        if corpus_formats.is_structured(path) and path.options.layout == "documents" and not path.rendered:
+        if corpus_formats.is_structured(path) and path.options.layout == "documents":
             # A record is a document: the others are counted, never cut into sentences.
-            render = corpus_formats.document_renderer(path)
+            to_text = corpus_formats.document_formatter(path)
             for raw in corpus_formats.document_records(path):
                 index += 1
                 if keep is None or keep(index):
-                    yield render(raw)
+                    yield to_text(raw)
             continue
         bad = 0
 

@@ -15,17 +15,9 @@ Decisions:
   `<problem dir>/.shuffle/` is shared by --num_tasks tasks (partitions are claimed) and removed at the end.
   A claim is renewed (its mtime) while its partition is read; one of a dead process of this machine, or
   one not renewed for --claim_timeout_s (a task of another machine that died or hangs), is taken over.
-- For problems without a document corpus, the structured and compressed files their
-  `corpus_inputs(tmp_dir)` lists (corpus_formats.needs_rendering) are first rendered to plain text, once
-  per run, by the same workers:
-  a unit of that work is a file, or a range of a Parquet file's row groups / an Arrow file's record
-  batches (corpus_formats.plan_units). Why: their shard jobs read the whole input, so each would parse
-  every record of every file; records are parsed once, spread over the workers by unit, and every shard
-  reads plain text. A unit's text ends at a record's end, so a
-  file's units read one after another (CorpusFile.rendered) are exactly the text its records stand
-  for: the shards are byte-identical to those of the same corpus as plain text, for any number of
-  workers. The units' files live in `<problem dir>/.rendered/` and are removed when the run ends,
-  however it ends (a run that was killed: by the next run, which holds the same lock).
+- A problem without a document corpus reads its input in each shard job (`generate_samples`, through
+  the readers of corpus_formats), so every job reads all of it, as tensor2tensor's do; to read a corpus
+  once, a problem declares it as its `document_corpus`.
 - Worker processes fork from a fork server that has imported TensorFlow and the problem's module but
   started no TF runtime (TF is not fork-safe once initialised; `spawn` where there is no fork
   server); each rebuilds the problem from its class and hparams.
@@ -103,8 +95,6 @@ class GeneratingProblem(Protocol):
 
     def document_corpus(self, tmp_dir: str) -> shuffle.DocumentCorpus | None: ...
 
-    def corpus_inputs(self, tmp_dir: str) -> list[str]: ...
-
 
 @dataclasses.dataclass(frozen=True)
 class ShardJob:
@@ -143,55 +133,17 @@ class ProblemRecipe:
         return kind(pickle.loads(self.hparams))
 
 
-Rendered = dict  # corpus_formats.renderings: {(path, read options): its rendered files}
-
-
 def run_shard_job(problem: GeneratingProblem, data_dir: str, tmp_dir: str, seed: int, job: ShardJob,
-                  rendered: Rendered | None = None, spills: shuffle.Spills | shuffle.GroupedTexts | None = None
-                  ) -> dict:
+                  spills: shuffle.Spills | shuffle.GroupedTexts | None = None) -> dict:
     """Generate and write one shard (atomically): THE per-shard code of every runner (local and Beam).
-    `rendered`: the corpus files this run rendered to plain text, read instead of their sources;
     `spills`: the shuffled documents of a problem's document_corpus, read instead of the corpus."""
-    with corpus_formats.reading_rendered(rendered or {}), shuffle.reading_spills(spills):
+    with shuffle.reading_spills(spills):
         samples = problem.generate_shard(data_dir, tmp_dir, job.split, job.shard_id, job.num_shards, seed)
         rng = shard_rng(seed, job.split + "/shuffle", job.shard_id) if problem.shuffle_split(job.split) else None
         start = time.time()
         stats = shards.write_shard(job.path, samples, shuffle_rng=rng, settings_hash=job.settings_hash)
     stats["seconds"] = time.time() - start
     return stats
-
-
-def rendered_dir(problem: GeneratingProblem, data_dir: str, task_id: int | None = None, num_tasks: int = 1) -> str:
-    """Where a run renders its corpus: one directory per lock (tasks sharing a data_dir each have theirs)."""
-    name = ".rendered" if task_id is None else f".rendered-task{task_id}-of-{num_tasks}"
-    return os.path.join(problem.problem_dir(data_dir), name)
-
-
-def remove_rendered(directory: str) -> None:
-    if fileio.exists(directory):
-        fileio.rmtree(directory)
-
-
-def corpus_units(problem: GeneratingProblem, tmp_dir: str, plan: "GenerationPlan", directory: str
-                 ) -> list[corpus_formats.RenderUnit]:
-    """The units to render before the shard jobs (none when no shard is to be made). A directory left by a
-    run that died is removed first: this run holds its lock."""
-    remove_rendered(directory)
-    units = corpus_formats.plan_units(problem.corpus_inputs(tmp_dir), directory) if plan.jobs else []
-    if units:
-        fileio.makedirs(directory)
-    return units
-
-
-@contextlib.contextmanager
-def rendered_corpus(problem: GeneratingProblem, data_dir: str, tmp_dir: str, plan: "GenerationPlan",
-                    task_id: int | None = None, num_tasks: int = 1) -> Iterator[list[corpus_formats.RenderUnit]]:
-    """The units to render (`corpus_units`); their files are removed when the block ends, however it ends."""
-    directory = rendered_dir(problem, data_dir, task_id, num_tasks)
-    try:
-        yield corpus_units(problem, tmp_dir, plan, directory)
-    finally:
-        remove_rendered(directory)
 
 
 # Set in each worker process by _init_worker.
@@ -203,7 +155,7 @@ def _init_worker(spec: ProblemRecipe, data_dir: str, tmp_dir: str, seed: int) ->
     _WORKER.update(problem=spec.build(), data_dir=data_dir, tmp_dir=tmp_dir, seed=seed)
 
 
-def _worker_run(task: tuple[ShardJob, Rendered, shuffle.Spills | None]) -> dict:
+def _worker_run(task: tuple[ShardJob, shuffle.Spills | None]) -> dict:
     w = _WORKER
     return run_shard_job(w["problem"], w["data_dir"], w["tmp_dir"], w["seed"], *task)
 
@@ -262,10 +214,9 @@ def generate_data(problem: GeneratingProblem, data_dir: str, tmp_dir: str, *, nu
     with generation_lock(problem, data_dir, task_id, num_tasks):
         plan = plan_generation(problem, data_dir, tmp_dir, task_id=task_id, num_tasks=num_tasks, seed=seed,
                                overwrite=overwrite, num_shards=num_shards, verify=verify)
-        with rendered_corpus(problem, data_dir, tmp_dir, plan, task_id, num_tasks) as units, \
-                shuffled_corpus(problem, data_dir, tmp_dir, plan, partition_mb, task_id, num_tasks,
-                                claim_timeout_s) as shuffled:
-            _run_jobs(problem, data_dir, tmp_dir, seed, plan.jobs, units, num_workers, progress_every, shuffled)
+        with shuffled_corpus(problem, data_dir, tmp_dir, plan, partition_mb, task_id, num_tasks,
+                             claim_timeout_s) as shuffled:
+            _run_jobs(problem, data_dir, tmp_dir, seed, plan.jobs, num_workers, progress_every, shuffled)
         return write_manifests(problem, data_dir, plan)
 
 
@@ -462,16 +413,6 @@ def write_manifests(problem: GeneratingProblem, data_dir: str, plan: GenerationP
     return complete
 
 
-def _rendering_done(problem: GeneratingProblem, units: list[corpus_formats.RenderUnit], bad: list,
-                    start: float) -> Rendered:
-    """Check the units' bad records against --skip_bad_records; the mapping the shard jobs read through."""
-    corpus_formats.check_units(units, bad)
-    if units:
-        logging.info("datagen %s: rendered %d corpus files (%d units) to plain text in %.1fs", problem.name,
-                     len({u.out.rsplit("-", 1)[0] for u in units}), len(units), time.time() - start)
-    return corpus_formats.renderings(units)
-
-
 class _Progress:
     """One log line per stage at most every `every` seconds (and at its end): done/total, rate and ETA."""
 
@@ -517,10 +458,9 @@ def _spilled(problem: GeneratingProblem, shuffled: Shuffled, tasks: list, result
 
 
 def _run_jobs(problem: GeneratingProblem, data_dir: str, tmp_dir: str, seed: int, jobs: list[ShardJob],
-              units: list[corpus_formats.RenderUnit], num_workers: int, progress_every: float,
-              shuffled: Shuffled | None = None) -> None:
-    """Render the corpus units, shuffle the document corpus to spill files, then make the shards: all
-    spread over the same worker processes."""
+              num_workers: int, progress_every: float, shuffled: Shuffled | None = None) -> None:
+    """Shuffle the document corpus to spill files, then make the shards: both spread over the same
+    worker processes."""
     if not jobs:
         return
     spill_tasks = ([(shuffled.corpus, p, shuffled.shards, shuffled.directory, shuffled.claim_timeout_s)
@@ -541,13 +481,12 @@ def _run_jobs(problem: GeneratingProblem, data_dir: str, tmp_dir: str, seed: int
                          problem.name, i, len(jobs), examples, examples / max(elapsed, 1e-9), eta)
             last = now
 
-    if num_workers <= 1 or (len(jobs) == 1 and len(units) <= 1 and len(spill_tasks) <= 1):
-        rendered = _rendering_done(problem, units, [corpus_formats.render_unit(u) for u in units], start)
+    if num_workers <= 1 or (len(jobs) == 1 and len(spill_tasks) <= 1):
         if shuffled is not None:
             _spilled(problem, shuffled, spill_tasks, map(_worker_spill, spill_tasks), progress_every)
         start = last = time.time()
         for i, job in enumerate(jobs, 1):
-            report(i, run_shard_job(problem, data_dir, tmp_dir, seed, job, rendered, spills))
+            report(i, run_shard_job(problem, data_dir, tmp_dir, seed, job, spills))
         return
     if "forkserver" in multiprocessing.get_all_start_methods():
         # The fork server imports the problem's module once (and TensorFlow if this process uses it: a
@@ -558,13 +497,11 @@ def _run_jobs(problem: GeneratingProblem, data_dir: str, tmp_dir: str, seed: int
     else:
         ctx = multiprocessing.get_context("spawn")
     init = (ProblemRecipe.of(problem), data_dir, tmp_dir, seed)
-    workers = min(num_workers, max(len(jobs), len(units), len(spill_tasks)))
+    workers = min(num_workers, max(len(jobs), len(spill_tasks)))
     with ctx.Pool(workers, initializer=_init_worker, initargs=init) as pool:
-        # In order (imap): a file's first failing unit is the one reported.
-        rendered = _rendering_done(problem, units, list(pool.imap(corpus_formats.render_unit, units)), start)
         if shuffled is not None:
             _spilled(problem, shuffled, spill_tasks, pool.imap(_worker_spill, spill_tasks), progress_every)
         start = last = time.time()
-        tasks = [(job, rendered, spills) for job in jobs]
+        tasks = [(job, spills) for job in jobs]
         for i, stats in enumerate(pool.imap_unordered(_worker_run, tasks), 1):
             report(i, stats)

@@ -86,13 +86,8 @@ class Problem:
     def document_corpus(self, tmp_dir: str) -> shuffle.DocumentCorpus | None:
         """A corpus of documents that datagen reads once and shuffles to the shards by a hash of each
         document's text (framework/shuffle.py); its shard jobs then read `shuffle.shard_texts`. None: the
-        problem reads its input in its shard jobs itself."""
+        problem reads its input itself, whole, in every shard job (`generate_samples`)."""
         return None
-
-    def corpus_inputs(self, tmp_dir: str) -> list[str]:
-        """Structured or compressed files that the shard jobs read, which datagen renders to plain text
-        once before them (framework/generator.py). Problems with a `document_corpus` list none."""
-        return []
 
     def encode_sample(self, sample: dict, encoders: dict) -> dict:
         """Encode the text fields that have an encoder; other fields pass through."""

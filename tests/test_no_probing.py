@@ -24,7 +24,6 @@ ALLOWED = {
     ("trainers/trainer_flags.py", "values", "name"): "absl's FLAGS (or a namespace of flag values)",
     ("trainers/run.py", "problem.hparams", "max_seq_length"): "a task's HParams: not every task has the setting",
     ("framework/shuffle.py", "st", "mtime_nsec"): "a tf.io.gfile stat result (no mtime on some file systems)",
-    ("framework/corpus_formats/rendering.py", "f", "compressed_offset"): "a file object: gzip/bz2 or zstd's",
     ("framework/corpus_formats/jsonl.py", "f", "compressed_offset"): "a file object: gzip/bz2 or zstd's",
 }
 def _probes(path: str, rel: str):

@@ -3,7 +3,7 @@ directories), CSV/TSV columns and MediaWiki XML dumps, each optionally .gz/.bz2/
 
 How they reach the problems: `corpus.expand_paths(pattern, options)` returns `CorpusFile`s (a path that
 knows how to read it), and the corpus reader opens a structured file as the plain text it stands for
-(`open_rendered`), so every problem, runner and worker split reads it as it reads a text file:
+(`open_as_text`), so every problem, runner and worker split reads it as it reads a text file:
 - layout "documents" (pretraining): a record is a document, its lines (cut into sentences by the
   settings' `sentence_splitter`) its sentences; a blank line follows each record. Blank lines inside a
   record (paragraph breaks) do not split it, unless `paragraphs_as_documents`: then each paragraph
@@ -20,11 +20,10 @@ Decisions:
   module where pyarrow is absent or stops: exact line numbers), XML an element at a time, Parquet a batch of
   a row group (only the asked columns), Arrow a record batch; memory does not grow with the file. A batch
   is a list per field: no Python object per record but its values.
-- Datagen renders each structured or compressed file once to plain text, split into units (a file, or a
-  range of Parquet row groups / Arrow record batches: `plan_units`, `render_unit`) that its workers or a
-  Beam stage render in parallel; the shards then read a file's units one after another
-  (`CorpusFile.rendered`), which is exactly the file's text (framework/generator.py says why). Parquet and Arrow are not compressed from outside (they
-  compress their columns; a .parquet.gz would have to be held in memory): refused with what to do.
+- Datagen reads a problem's document corpus once, a partition per job (framework/shuffle.py): a Parquet
+  file's row groups / an Arrow file's record batches are cut into at most 256 parts (`parts_of`), each read
+  alone (`part_documents`). Parquet and Arrow are not compressed from outside (they compress their
+  columns; a .parquet.gz would have to be held in memory): refused with what to do.
 - A bad record (missing field, a value that is not a string, a line that is not JSON) is an error naming
   file and line/row; `skip_bad_records=N` leaves out up to N per file, logged with the first places.
   A corrupt file (zst/bz2/gz, Parquet, an XML dump cut short) is an error naming file and offset.
@@ -33,7 +32,7 @@ Decisions:
 Layout: one module per format behind one reader interface (`batches(path, fields, part)`, and
 `count_parts(path)`: None for a file read whole): jsonl, delimited (CSV/TSV), parquet, arrow, mediawiki;
 `base` (settings, names, compression, detection, bad records), `records` (the readers by format, documents,
-a structured file opened as text), `rendering` (units rendered once per datagen), `directories`.
+a structured file opened as text), `directories`.
 """
 from __future__ import annotations
 
@@ -65,20 +64,11 @@ from textrain.framework.corpus_formats.directories import dataset_dir_files, dir
 from textrain.framework.corpus_formats.records import (
     READERS,
     check_bad_records,
+    document_formatter,
     document_records,
-    document_renderer,
-    open_rendered,
+    open_as_text,
     part_documents,
     parts_of,
 )
-from textrain.framework.corpus_formats.rendering import (
-    RenderUnit,
-    check_units,
-    needs_rendering,
-    plan_units,
-    reading_rendered,
-    render_unit,
-    renderings,
-)
 
-__all__ = ['Batch', 'COMPRESSIONS', 'CorpusFile', 'DocumentSettings', 'FORMATS', 'FormatError', 'LAYOUTS', 'Part', 'READERS', 'ReadOptions', 'RecordSettings', 'RenderUnit', 'SETTING_NAMES', 'TextFieldSettings', 'check_bad_records', 'check_units', 'corpus_files', 'dataset_dir_files', 'detect_format', 'directory_files', 'document_records', 'document_renderer', 'file_suffixes', 'is_structured', 'needs_rendering', 'open_binary', 'open_rendered', 'part_documents', 'parts_of', 'plan_units', 'read_errors', 'reading_rendered', 'render_unit', 'renderings', 'too_many_error', 'warn_skipped', 'without_default_settings', 'arrow', 'delimited', 'jsonl', 'mediawiki', 'parquet']
+__all__ = ['Batch', 'COMPRESSIONS', 'CorpusFile', 'DocumentSettings', 'FORMATS', 'FormatError', 'LAYOUTS', 'Part', 'READERS', 'ReadOptions', 'RecordSettings', 'SETTING_NAMES', 'TextFieldSettings', 'check_bad_records', 'corpus_files', 'dataset_dir_files', 'detect_format', 'directory_files', 'document_formatter', 'document_records', 'file_suffixes', 'is_structured', 'open_as_text', 'open_binary', 'part_documents', 'parts_of', 'read_errors', 'too_many_error', 'warn_skipped', 'without_default_settings', 'arrow', 'delimited', 'jsonl', 'mediawiki', 'parquet']

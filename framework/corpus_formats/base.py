@@ -2,7 +2,6 @@
 (zstd frames included) and detection, the batch shape, and the bad-record budget."""
 from __future__ import annotations
 
-import bisect
 import bz2
 import dataclasses
 import gzip
@@ -10,7 +9,6 @@ import io
 import json
 import json.scanner
 import os
-import threading
 import zlib
 from typing import Any, Callable, Iterator
 
@@ -26,21 +24,9 @@ COMPRESSIONS = (".gz", ".bz2", ".zst")
 _EXTENSIONS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl", ".parquet": "parquet",
                ".arrow": "arrow", ".feather": "arrow", ".ipc": "arrow", ".csv": "csv", ".tsv": "tsv",
                ".xml": "mediawiki", ".txt": "text", ".text": "text"}
-_RENDER_BYTES = 1 << 20  # rendered text handed to the reader at a time
+_TEXT_BYTES = 1 << 20  # a structured file's text handed to the reader at a time
 _SHOWN_BAD = 5           # bad records named in the warning
 _MAX_UNITS = 256         # units of work per Parquet/Arrow file (row groups are grouped past that)
-
-
-class _RenderedFiles(threading.local):
-    """The files this datagen run rendered each structured file to: {(path, read options): its units' files}
-    (set by rendering.reading_rendered; corpus_files hands them to the CorpusFiles it makes). Per thread:
-    an engine runs several shard jobs at once in one process."""
-
-    def __init__(self) -> None:
-        self.files: dict[tuple[str, ReadOptions], tuple[str, ...]] = {}
-
-
-_RENDERED = _RenderedFiles()
 
 
 class FormatError(UserError, ValueError):
@@ -120,19 +106,17 @@ class ReadOptions:
 
 
 class CorpusFile(str):
-    """A corpus path that carries how it is read (`options`, its `input_format` resolved) and, in a datagen
-    shard job, the files datagen rendered it to (`rendered`: read instead of the source)."""
+    """A corpus path that carries how it is read (`options`, its `input_format` resolved)."""
 
     options: ReadOptions
-    rendered: tuple[str, ...]
 
-    def __new__(cls, path: str, options: ReadOptions, rendered: tuple[str, ...] = ()) -> "CorpusFile":
+    def __new__(cls, path: str, options: ReadOptions) -> "CorpusFile":
         self = super().__new__(cls, path)
-        self.options, self.rendered = options, tuple(rendered)
+        self.options = options
         return self
 
     def __getnewargs__(self) -> tuple:  # pickled to Beam workers with its options
-        return str(self), self.options, self.rendered
+        return str(self), self.options
 
     @property
     def structured(self) -> bool:
@@ -149,7 +133,7 @@ def corpus_files(paths: list[str], options: ReadOptions) -> list[str]:
         if fmt == "tsv" and options.layout == "table" and options.input_format == "auto":
             fmt = "text"  # a .tsv of classification rows: the problem's own TSV reader reads it as it is
         resolved = dataclasses.replace(options, input_format=fmt)
-        out.append(CorpusFile(path, resolved, _RENDERED.files.get((str(path), resolved), ())))
+        out.append(CorpusFile(path, resolved))
     return out
 
 
@@ -412,52 +396,3 @@ def warn_skipped(path: str, places: list[tuple[str, str]], budget: int) -> None:
 
 def _key(path: CorpusFile) -> tuple[str, ReadOptions]:
     return str(path), path.options
-
-
-class _Parts(io.RawIOBase):
-    """Files read one after another as one seekable stream: a corpus file's rendered units (each ends at
-    a record's end, so their concatenation is the file's text)."""
-
-    def __init__(self, paths: tuple[str, ...]):
-        self._paths = paths
-        sizes = [fileio.stat(p).length for p in paths]
-        self._starts = [sum(sizes[:i]) for i in range(len(sizes) + 1)]
-        self._pos, self._index, self._file = 0, -1, None
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._pos
-
-    def seek(self, offset: int, whence: int = 0) -> int:
-        base = {0: 0, 1: self._pos, 2: self._starts[-1]}[whence]
-        self._pos = max(0, base + offset)
-        self._index = -1  # reposition the file at the next read
-        return self._pos
-
-    def readinto(self, b: Any) -> int:
-        while self._pos < self._starts[-1]:
-            i = bisect.bisect_right(self._starts, self._pos) - 1
-            if i != self._index:
-                if self._file is not None:
-                    self._file.close()
-                self._file = fileio.open_file(self._paths[i], "rb")
-                self._file.seek(self._pos - self._starts[i])
-                self._index = i
-            data = self._file.read(min(len(b), self._starts[i + 1] - self._pos))
-            if not data:
-                raise FormatError(f"{self._paths[i]}: shorter than when datagen rendered it")
-            b[:len(data)] = data
-            self._pos += len(data)
-            return len(data)
-        return 0
-
-    def close(self) -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
-        super().close()

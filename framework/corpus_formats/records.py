@@ -11,7 +11,7 @@ from textrain.framework import fileio, sentence_splitters
 from textrain.framework.corpus_formats import arrow, delimited, jsonl, mediawiki, parquet
 from textrain.framework.corpus_formats.base import (
     _MAX_UNITS,
-    _RENDER_BYTES,
+    _TEXT_BYTES,
     LAYOUTS,
     Batch,
     CorpusFile,
@@ -19,7 +19,6 @@ from textrain.framework.corpus_formats.base import (
     Part,
     _key,
     _Missing,
-    _Parts,
     _Skips,
     _TooMany,
     too_many_error,
@@ -104,17 +103,17 @@ def document_records(path: CorpusFile) -> Iterator[str]:
 
 
 def part_documents(path: CorpusFile, part: Part) -> tuple[list[str], list[tuple[str, str]]]:
-    """The documents (as `document_renderer` makes them) of one part of a structured file of the
+    """The documents (as `document_formatter` makes them) of one part of a structured file of the
     "documents" layout (Parquet row groups / Arrow record batches [start, stop), or None: the whole file),
     and its bad records. More bad records than --skip_bad_records in the part alone is the error naming
     the first past it (the file's count over all its parts: `check_bad_records`)."""
     budget = path.options.skip_bad_records
     skips = _Skips(budget)
-    render = document_renderer(path)
+    to_text = document_formatter(path)
     out: list[str] = []
     try:
         for (texts,) in _good_columns(path, part, skips):
-            out.extend(map(render, _documents_of(texts, path.options.paragraphs_as_documents)))
+            out.extend(map(to_text, _documents_of(texts, path.options.paragraphs_as_documents)))
     except _TooMany:
         raise too_many_error(path, skips.places, budget) from None
     return out, skips.places
@@ -134,7 +133,7 @@ def check_bad_records(files: list[tuple[CorpusFile, list[tuple[str, str]]]]) -> 
         warn_skipped(path, places, budget)
 
 
-def document_renderer(path: CorpusFile) -> Callable[[str], str]:
+def document_formatter(path: CorpusFile) -> Callable[[str], str]:
     """raw record text -> the document's text: its non-blank lines, each cut into sentences, one a line."""
     name = path.options.sentence_splitter
     split = sentence_splitters.load(name)
@@ -142,12 +141,12 @@ def document_renderer(path: CorpusFile) -> Callable[[str], str]:
     def lines_of(text: str) -> Iterator[str]:
         return filter(None, map(str.strip, (text.replace("\r", "\n") if "\r" in text else text).split("\n")))
 
-    def render(text: str) -> str:
+    def to_text(text: str) -> str:
         if name == "none":  # the hot path of sentence-per-line records: no call per line
             return "\n".join(lines_of(text))
         return "\n".join(s for line in lines_of(text) for s in split(line))
 
-    return render
+    return to_text
 
 
 def _clean_cell(value: Any) -> str:
@@ -166,24 +165,22 @@ def _one_line(text: str) -> str:
     return " ".join(text.replace("\r", "\n").split("\n")).strip()
 
 
-def _rendered_pieces(path: CorpusFile, part: Part, header: bool, skips: _Skips) -> Iterator[str]:
-    """The text of `part` of a structured file (all of it: None), a batch at a time; `header`: the table
-    layout's header line first (a file's first unit only)."""
+def _text_pieces(path: CorpusFile, skips: _Skips) -> Iterator[str]:
+    """The text of a structured file, a batch at a time (the table layout: its header line first)."""
     opts = path.options
     if opts.layout == "documents":
-        render = document_renderer(path)
-        for (texts,) in _good_columns(path, part, skips):
+        to_text = document_formatter(path)
+        for (texts,) in _good_columns(path, None, skips):
             documents = _documents_of(texts, opts.paragraphs_as_documents)
             if documents:
-                yield "\n\n".join(map(render, documents)) + "\n\n"
+                yield "\n\n".join(map(to_text, documents)) + "\n\n"
     elif opts.layout == "lines":
-        for (texts,) in _good_columns(path, part, skips):
+        for (texts,) in _good_columns(path, None, skips):
             if texts:
                 yield "\n".join(map(_one_line, texts)) + "\n"
     elif opts.layout == "table":
-        if header:
-            yield "\t".join(opts.fields) + "\n"
-        for columns in _good_columns(path, part, skips):
+        yield "\t".join(opts.fields) + "\n"
+        for columns in _good_columns(path, None, skips):
             yield "".join("\t".join(map(_clean_cell, row)) + "\n" for row in zip(*columns))
     else:
         raise ValueError(f"layout must be one of {LAYOUTS}, got {opts.layout!r}")
@@ -193,14 +190,14 @@ def _whole_file_pieces(path: CorpusFile) -> Iterator[str]:
     budget = path.options.skip_bad_records
     skips = _Skips(budget)
     try:
-        yield from _rendered_pieces(path, None, True, skips)
+        yield from _text_pieces(path, skips)
     except _TooMany:
         raise too_many_error(path, skips.places, budget) from None
     warn_skipped(path, skips.places, budget)
 
 
-class _RenderedStream(io.RawIOBase):
-    """The rendered text of a structured file as a readable byte stream (what the text reader opens)."""
+class _TextStream(io.RawIOBase):
+    """The text of a structured file as a readable byte stream (what the text reader opens)."""
 
     def __init__(self, path: CorpusFile):
         self._pieces = _whole_file_pieces(path)
@@ -215,7 +212,7 @@ class _RenderedStream(io.RawIOBase):
             data = piece.encode("utf-8")
             parts.append(data)
             size += len(data)
-            if size >= _RENDER_BYTES:
+            if size >= _TEXT_BYTES:
                 break
         self._buffer, self._at = b"".join(parts), 0
         return bool(self._buffer)
@@ -229,11 +226,8 @@ class _RenderedStream(io.RawIOBase):
         return n
 
 
-def open_rendered(path: CorpusFile) -> io.BufferedIOBase:
-    """A structured file opened as the UTF-8 text of its layout (see the module docstring); one that datagen
-    rendered already (`path.rendered`): its rendered files."""
-    if path.rendered:
-        return io.BufferedReader(_Parts(path.rendered), buffer_size=1 << 20)
+def open_as_text(path: CorpusFile) -> io.BufferedIOBase:
+    """A structured file opened as the UTF-8 text of its layout (see the module docstring)."""
     if not fileio.exists(path):
         raise FormatError(f"{path}: no such file")
-    return io.BufferedReader(_RenderedStream(path), buffer_size=1 << 20)
+    return io.BufferedReader(_TextStream(path), buffer_size=1 << 20)
