@@ -281,6 +281,25 @@ def test_skip_bad_records(work, tmp_path):
     assert shard_bytes(str(tmp_path / "two")) == work["bert"]
 
 
+def test_skip_bad_records_of_table_rows(tmp_path):
+    """tsv_classification's rows from JSON Lines, one record without its label: the one line naming file and
+    line; with --skip_bad_records=1 the shards of the same file without that record."""
+    rows = [json.dumps({"sentence": f"sentence number {i} is {'good' if i % 3 else 'bad'}", "label": i % 3 == 0})
+            for i in range(40)]
+    vocab = encoders.build_wordpiece_vocab(iter(rows), vocab_size=100, out_file=str(tmp_path / "vocab.txt"))
+    good, bad = tmp_path / "good" / "train.jsonl", tmp_path / "bad" / "train.jsonl"
+    good.parent.mkdir()
+    bad.parent.mkdir()
+    good.write_text("\n".join(rows[:2] + rows[3:]) + "\n")
+    bad.write_text("\n".join(rows[:2] + ['{"sentence": "no label"}'] + rows[3:]) + "\n")
+    common = ["--problem=tsv_classification", f"--vocab_file={vocab}", "--max_seq_length=16", "--dev_fraction=0.25"]
+    line = _one_line_error(datagen(str(tmp_path / "one"), *common, f"--train_file={bad}", ok=False))
+    assert "bad/train.jsonl: line 3: no field 'label'" in line
+    datagen(str(tmp_path / "skipped"), *common, f"--train_file={bad}", "--skip_bad_records=1")
+    datagen(str(tmp_path / "reference"), *common, f"--train_file={good}")
+    assert shard_bytes(str(tmp_path / "skipped")) == shard_bytes(str(tmp_path / "reference"))
+
+
 def test_compressed_parquet_is_refused(work, tmp_path):
     path = cf.write_parquet(work["docs"], str(tmp_path / "c.parquet"))
     os.rename(path, path + ".gz")
@@ -293,12 +312,12 @@ def test_beam_runner_same_shards(work, tmp_path, split_corpus):
     """--runner=beam reads the partitions as a Beam stage, shuffles them to the shards through the engine and
     writes the shards local datagen wrote from the plain text; nothing is left."""
     pytest.importorskip("apache_beam")
-    pattern, reference, units = split_corpus
+    pattern, reference, parts = split_corpus
     direct_2 = "--runner=DirectRunner --direct_num_workers=2 --direct_running_mode=multi_processing"
     out = str(tmp_path / "beam")
     proc = datagen(out, *BERT, f"--input_file={pattern}", f"--vocab_file={work['vocab']}",
                    "--sentence_splitter=none", "--runner=beam", f"--beam_pipeline_options={direct_2}")
-    assert f"{units} partitions" in proc.stderr
+    assert f"{parts} partitions" in proc.stderr
     assert shard_bytes(out) == reference
     assert leftovers(out) == []
 
@@ -307,15 +326,15 @@ def test_beam_runner_same_shards(work, tmp_path, split_corpus):
 # work split by file and row group: any number of workers, the same shards; nothing left
 # ----------------------------------------------------------------------------------------------- #
 def leftovers(data_dir: str) -> list[str]:
-    """Rendered corpus files, spill files and temporary files left in a data_dir."""
+    """Spill files and temporary files left in a data_dir."""
     return sorted(p for p in glob.glob(os.path.join(data_dir, "**", "*"), recursive=True, include_hidden=True)
-                  if ".rendered" in p or ".shuffle" in p or ".beam-failures" in p or p.endswith(".incomplete"))
+                  if ".shuffle" in p or ".beam-failures" in p or p.endswith(".incomplete"))
 
 
 @pytest.fixture(scope="module")
 def split_corpus(work):
     """The documents in three files of three formats (Parquet of 7-row groups, JSON Lines .gz, an Arrow file
-    of 5-row batches), and the shards of the same three files as plain text: (pattern, shards, units)."""
+    of 5-row batches), and the shards of the same three files as plain text: (pattern, shards, partition count)."""
     root = os.path.join(work["root"], "split")
     os.makedirs(root)
     docs = work["docs"]
@@ -327,19 +346,19 @@ def split_corpus(work):
         cf.write_text(third, os.path.join(root, f"part{i}.txt"))
     out = os.path.join(root, "plain")
     datagen(out, *BERT, f"--input_file={root}/part*.txt", f"--vocab_file={work['vocab']}")
-    units = -(-len(thirds[0]) // 7) + 1 + -(-len(thirds[2]) // 5)  # row groups, one file, record batches
-    return f"{root}/part1.parquet,{root}/part2.jsonl.gz,{root}/part3.arrow", shard_bytes(out), units
+    parts = -(-len(thirds[0]) // 7) + 1 + -(-len(thirds[2]) // 5)  # row groups, one file, record batches
+    return f"{root}/part1.parquet,{root}/part2.jsonl.gz,{root}/part3.arrow", shard_bytes(out), parts
 
 
 @pytest.mark.parametrize("workers", [1, 2, 3])
-def test_units_of_files_and_row_groups_same_shards_any_workers(work, tmp_path, split_corpus, workers):
+def test_partitions_of_files_and_row_groups_same_shards_any_workers(work, tmp_path, split_corpus, workers):
     """Three files, split into partitions by file, row group and record batch, read by 1, 2 or 3 workers:
     the shards of the same files as plain text, and no spill file left behind."""
-    pattern, reference, units = split_corpus
+    pattern, reference, parts = split_corpus
     out = str(tmp_path / "out")
     proc = datagen(out, *BERT, f"--input_file={pattern}", f"--vocab_file={work['vocab']}",
                    "--sentence_splitter=none", f"--num_workers={workers}")
-    assert f"3 files -> {units} partitions" in proc.stderr
+    assert f"3 files -> {parts} partitions" in proc.stderr
     assert shard_bytes(out) == reference
     assert leftovers(out) == []
 
@@ -347,22 +366,22 @@ def test_units_of_files_and_row_groups_same_shards_any_workers(work, tmp_path, s
 def test_tasks_one_after_another_read_each_partition_once(work, tmp_path, split_corpus):
     """--num_tasks=2 run one after the other: the first task reads every partition, the second reads none
     (it finds the spill files) and writes the manifests; the shards are one run's, and no spill is left."""
-    pattern, reference, units = split_corpus
+    pattern, reference, parts = split_corpus
     out = str(tmp_path / "tasks")
     common = [*BERT, f"--input_file={pattern}", f"--vocab_file={work['vocab']}", "--sentence_splitter=none",
               "--num_tasks=2"]
     first = datagen(out, *common, "--task_id=0")
-    assert f"shuffle (partitions read): {units}/{units}, {len(work['docs'])} documents" in first.stderr
+    assert f"shuffle (partitions read): {parts}/{parts}, {len(work['docs'])} documents" in first.stderr
     assert leftovers(out) != []  # the spill files wait for task 1
     second = datagen(out, *common, "--task_id=1")
-    assert f"shuffle (partitions read): {units}/{units}, 0 documents" in second.stderr
+    assert f"shuffle (partitions read): {parts}/{parts}, 0 documents" in second.stderr
     assert shard_bytes(out) == reference
     assert leftovers(out) == [] and glob.glob(os.path.join(out, "*", "*.manifest.json"))
 
 
 def test_failure_mid_way_leaves_nothing(work, tmp_path):
-    """A file whose last row group is corrupt, after good units rendered by 2 workers: one line naming it, and
-    no rendered file, temporary file or shard left in a data_dir that existed before."""
+    """A file whose last row group is corrupt, after good partitions read by 2 workers: one line naming it, and
+    no spill file, temporary file or shard left in a data_dir that existed before."""
     import pyarrow as pa
     import pyarrow.parquet as pq
     docs = work["docs"]
@@ -384,8 +403,8 @@ def test_failure_mid_way_leaves_nothing(work, tmp_path):
     assert leftovers(str(out)) == [] and not glob.glob(str(out / "*" / "*.tfrecord*"))
 
 
-def test_skip_bad_records_counts_per_file_across_units(work, tmp_path):
-    """Bad records in two row groups (two units, rendered apart): --skip_bad_records=1 names the second with
+def test_skip_bad_records_counts_per_file_across_partitions(work, tmp_path):
+    """Bad records in two row groups (two partitions, read apart): --skip_bad_records=1 names the second with
     the first skipped before it; =2 leaves both out and logs them."""
     import pyarrow as pa
     import pyarrow.parquet as pq
