@@ -6,15 +6,15 @@ every format by the real libraries (benchmarks/lib/corpus_fixtures.py), at two s
 Each measure is a fresh process (its format's library imported before the clock starts):
 - read: every document read as a problem reads them (`corpus.iter_document_texts` + `document_lines` on
   `expand_paths(..., options)`), the records parsed and turned into text as they stream;
-- render: what datagen does once per run with a structured or compressed file before its shards read
-  plain text (framework/generator.py): `corpus_formats.plan_units` + `render_unit` of every unit, one
-  process (a datagen spreads the units over its workers).
+- shuffle: what datagen does with a document corpus (framework/shuffle.py), one process (a datagen spreads
+  the jobs over its workers): the partitions planned, each read once and spilled grouped by shard, then
+  every shard job's documents read back from the spills and cut into lines (`--shards`, default 8).
 The measure is repeated in the process (at least 5 times and 0.5 CPU-s) and the fastest taken: a read of a
 few MB lasts milliseconds, and one run of it is mostly noise on a loaded machine. MB/s per core = MB of
 plain text / CPU-s (one process, pyarrow's threads off: one core). Peak RSS (VmHWM) is the process's, over
 all repetitions. The splitter is off (`--sentence_splitter=none`) except in the row that names it.
 
-    nice -n 10 python3 benchmarks/bench_corpus_formats.py [--mb 4]
+    nice -n 10 python3 benchmarks/bench_corpus_formats.py [--mb 4] [--shards 8]
 """
 from __future__ import annotations
 
@@ -34,8 +34,8 @@ SOURCES = ["jane_austen_novels", "wikipedia_sample", "moby_dick", "python311_doc
 
 _READ = """
 import json, shutil, sys, tempfile, time
-from textrain.framework import corpus, corpus_formats
-path, fmt, splitter, mode = sys.argv[1:5]
+from textrain.framework import corpus, corpus_formats, shuffle
+path, fmt, splitter, mode, shards = sys.argv[1:6]
 for module in ("pyarrow.parquet", "pyarrow.csv", "zstandard", "mwparserfromhell", "blingfire"):  # not reading
     __import__(module)
 
@@ -46,14 +46,20 @@ def read():
     return sum(len(corpus.document_lines(t)) for t in corpus.iter_document_texts(paths))
 
 
-def render():
+def shuffled():
     options = corpus_formats.ReadOptions(input_format=fmt, sentence_splitter=splitter)
+    paths = corpus.expand_paths(path, options) if fmt != "plain" else corpus.expand_paths(path)
+    spec = shuffle.DocumentCorpus(paths=tuple(paths))
     out = tempfile.mkdtemp()
     try:
-        units = corpus_formats.plan_units(corpus.expand_paths(path, options), out)
-        for unit in units:
-            corpus_formats.render_unit(unit)
-        return len(units)
+        parts = shuffle.plan_partitions(spec, shuffle.DEFAULT_PARTITION_MB << 20)
+        for part in parts:
+            shuffle.write_spill(spec, part, {"train": int(shards)}, out)
+        lines = 0
+        with shuffle.reading_spills(shuffle.Spills(out, len(parts))):
+            for shard in range(int(shards)):
+                lines += sum(len(corpus.document_lines(t)) for t in shuffle.shard_texts(spec, "train", shard, int(shards)))
+        return len(parts), lines
     finally:
         shutil.rmtree(out)
 
@@ -61,7 +67,7 @@ def render():
 best, total, reps = float("inf"), 0.0, 0
 while reps < 5 or (total < 0.5 and reps < 50):
     start = time.process_time()
-    count = read() if mode == "read" else render()
+    count = read() if mode == "read" else shuffled()
     cpu = time.process_time() - start
     best, total, reps = min(best, cpu), total + cpu, reps + 1
 peak_kb = int(next(l for l in open("/proc/self/status") if l.startswith("VmHWM")).split()[1])
@@ -90,15 +96,16 @@ def documents(mb: float) -> list[list[str]]:
     return docs
 
 
-def measure(path: str, fmt: str, splitter: str = "none", mode: str = "read") -> dict:
-    out = subprocess.run([sys.executable, "-c", _READ, path, fmt, splitter, mode], check=True, capture_output=True,
-                         text=True, cwd=REPO, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+def measure(path: str, fmt: str, splitter: str = "none", mode: str = "read", shards: int = 8) -> dict:
+    out = subprocess.run([sys.executable, "-c", _READ, path, fmt, splitter, mode, str(shards)], check=True,
+                         capture_output=True, text=True, cwd=REPO, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--mb", type=float, default=4.0, help="the smaller size; the larger is 4x")
+    parser.add_argument("--shards", type=int, default=8, help="shard jobs of the shuffle measure")
     args = parser.parse_args()
     from benchmarks.lib import corpus_fixtures as cf
     print(f"load: {os.getloadavg()[0]:.2f} (1-min average) on {os.cpu_count()} cores")
@@ -125,22 +132,23 @@ def main() -> None:
                     writer(docs, path)
                 r = measure(path, fmt, splitter)
                 r["mb_s"] = text_mb / max(r["cpu"], 1e-9)
-                if mb == 4 * args.mb and (fmt != "plain" or filename.endswith(".zst")):  # datagen's render
-                    rendered = measure(path, "text" if fmt == "plain" else fmt, splitter, "render")
-                    r["render_mb_s"] = text_mb / max(rendered["cpu"], 1e-9)
-                    r["units"] = rendered["count"]
+                if mb == 4 * args.mb:  # datagen's read of a document corpus
+                    shuffled = measure(path, fmt, splitter, "shuffle", args.shards)
+                    r["shuffle_mb_s"] = text_mb / max(shuffled["cpu"], 1e-9)
+                    r["partitions"] = shuffled["count"][0]
                 results[(name, mb)] = r
                 print(f"  {mb:g} MB {name}: {r}", flush=True)
     small, large = args.mb, 4 * args.mb
     print(f"\n| format | read MB/s per core ({small:g} MB) | time vs plain text | read MB/s per core ({large:g} MB) | "
-          f"time vs plain text | render MB/s per core ({large:g} MB, units) | peak RSS MB {small:g} -> {large:g} |")
+          f"time vs plain text | shuffle MB/s per core ({large:g} MB, {args.shards} shards; partitions) | "
+          f"peak RSS MB {small:g} -> {large:g} |")
     print("|---|---|---|---|---|---|---|")
     for name, *_ in formats:
         a, b = results[(name, small)], results[(name, large)]
         pa, pb = results[("plain text", small)], results[("plain text", large)]
-        render = f"{b['render_mb_s']:.1f} ({b['units']})" if "render_mb_s" in b else "-"
+        shuffled = f"{b['shuffle_mb_s']:.1f} ({b['partitions']})"
         print(f"| {name} | {a['mb_s']:.1f} | {pa['mb_s'] / a['mb_s']:.2f}x | {b['mb_s']:.1f} | "
-              f"{pb['mb_s'] / b['mb_s']:.2f}x | {render} | {a['rss_mb']:.0f} -> {b['rss_mb']:.0f} |")
+              f"{pb['mb_s'] / b['mb_s']:.2f}x | {shuffled} | {a['rss_mb']:.0f} -> {b['rss_mb']:.0f} |")
     print(f"load: {os.getloadavg()[0]:.2f} (1-min average) at the end")
 
 
