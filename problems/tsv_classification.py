@@ -102,11 +102,20 @@ class TsvClassification(ClassificationProblem):
         self.split_columns(DatasetSplit.TRAIN)
 
     # ------------------------------------------------------------------ columns
+    def __init__(self, hparams: TsvHParams | None = None):
+        super().__init__(hparams)
+        # A file's header, read once per process: every shard job asks for its split's columns, and a
+        # structured file (JSON Lines, Parquet) opened as text parses records to give its first line.
+        self._headers: dict[str, list[str]] = {}
+
     def _header(self, path: str) -> list[str]:
-        for _, line in corpus.iter_lines(path, self.hparams.on_bad_utf8):
-            if line.strip():
-                return line.lstrip("\ufeff").split("\t")
-        raise UserError(f"{path}: the file is empty")
+        if path not in self._headers:
+            line = next((line for _, line in corpus.iter_lines(path, self.hparams.on_bad_utf8) if line.strip()),
+                        None)
+            if line is None:
+                raise UserError(f"{path}: the file is empty")
+            self._headers[path] = line.lstrip("\ufeff").split("\t")
+        return self._headers[path]
 
     def _first_row_width(self, path: str) -> int:
         return len(self._header(path))

@@ -295,9 +295,16 @@ def test_skip_bad_records_of_table_rows(tmp_path):
     common = ["--problem=tsv_classification", f"--vocab_file={vocab}", "--max_seq_length=16", "--dev_fraction=0.25"]
     line = _one_line_error(datagen(str(tmp_path / "one"), *common, f"--train_file={bad}", ok=False))
     assert "bad/train.jsonl: line 3: no field 'label'" in line
-    datagen(str(tmp_path / "skipped"), *common, f"--train_file={bad}", "--skip_bad_records=1")
-    datagen(str(tmp_path / "reference"), *common, f"--train_file={good}")
+    skipped = datagen(str(tmp_path / "skipped"), *common, f"--train_file={bad}", "--skip_bad_records=1",
+                      "--num_shards=8")
+    datagen(str(tmp_path / "reference"), *common, f"--train_file={good}", "--num_shards=8")
     assert shard_bytes(str(tmp_path / "skipped")) == shard_bytes(str(tmp_path / "reference"))
+    # The file is read a fixed number of times (count pass, partition, header, labels), not once per shard
+    # job: the skipped-record warning does not repeat with the shard count.
+    one_shard = datagen(str(tmp_path / "skipped1"), *common, f"--train_file={bad}", "--skip_bad_records=1",
+                        "--num_shards=1")
+    warnings = [p.stderr.count("skipped 1 bad record(s)") for p in (one_shard, skipped)]
+    assert warnings[0] == warnings[1] > 0, warnings
 
 
 def test_compressed_parquet_is_refused(work, tmp_path):
