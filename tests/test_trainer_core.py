@@ -1,39 +1,25 @@
 """trainers/core.py: the one training loop, on real TFRecords, real checkpoints and real processes.
 
 The toy model is a linear classifier whose loss is a masked sum (weights `w` differ per example, so
-replicas hold different counts) and whose per-replica state sums the ids of the rows it saw. This file
-is also a script (`python tests/test_trainer_core.py run ...`) so that killed/SIGTERMed runs are real
-subprocesses.
+replicas hold different counts) and whose per-replica state sums the ids of the rows it saw. A killed or
+SIGTERMed training is tested through the CLIs that run this loop (test_resume_exact, test_train_tpu,
+test_faults).
 """
 from __future__ import annotations
 
 import functools
-import json
 import os
-import signal
-import subprocess
-import sys
-import time
 
 import numpy as np
 import pytest
-from helpers import cli_env
+import tensorflow as tf
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(HERE)
+from textrain.models.base import StepOutput, Term, TrainableModel
+from textrain.trainers import core, optimization
+from textrain.trainers.strategy import make_strategy, set_precision_policy
+from textrain.trainers.train_config import TrainConfig
+
 N_EXAMPLES, DIM, CLASSES = 512, 4, 3
-
-if __name__ == "__main__":  # script mode: quiet TF before importing it
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    sys.path.insert(0, REPO)
-
-import tensorflow as tf  # noqa: E402
-from helpers.processes import recorded_step, wait_until  # noqa: E402
-
-from textrain.models.base import StepOutput, Term, TrainableModel  # noqa: E402
-from textrain.trainers import core, optimization  # noqa: E402
-from textrain.trainers.strategy import make_strategy, set_precision_policy  # noqa: E402
-from textrain.trainers.train_config import TrainConfig  # noqa: E402
 
 
 # ------------------------------------------------------------------------------------ toy pieces
@@ -322,68 +308,3 @@ def test_init_checkpoint_from_tf1_release_and_from_ours(tmp_path):
     ours = make_trainer(one_device(), tmp_path / "run2", paths, 2, init_checkpoint=str(tmp_path / "run"))
     np.testing.assert_array_equal(ours.model.dense.kernel.numpy(), t.model.dense.kernel.numpy())
     assert int(ours.step.numpy()) == 0  # only the weights: a fresh run
-
-
-# --------------------------------------------------------------------------- real processes
-def _script(*args: str) -> list[str]:
-    return [sys.executable, os.path.abspath(__file__), *args]
-
-
-@pytest.mark.slow
-def test_kill_minus_9_then_restart_continues_from_the_last_checkpoint(tmp_path):
-    paths = write_records(str(tmp_path / "data"))
-    run = str(tmp_path / "run")
-    args = ("run", run, ",".join(paths), "12", "0.2")
-    proc = subprocess.Popen(_script(*args), env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    wait_until(lambda: recorded_step(run) >= 4, f"ckpt-4 recorded in {run}", [proc], timeout=60)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    assert proc.returncode == -signal.SIGKILL
-    last = tf.train.latest_checkpoint(run)
-    assert last and int(last.rsplit("-", 1)[1]) < 12
-    done = subprocess.run(_script(*args), env=cli_env(), capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr[-2000:]
-    out = json.loads(done.stdout.strip().splitlines()[-1])
-    assert out["restored_from"] == last and out["step"] == 12
-    # The uninterrupted reference runs in a fresh process too: in this pytest process another test may
-    # have set TF's global seed, which changes what the seeded shuffle draws.
-    ref = subprocess.run(_script("run", str(tmp_path / "ref"), ",".join(paths), "12", "0"), env=cli_env(),
-                         capture_output=True, text=True, timeout=120)
-    assert ref.returncode == 0, ref.stderr[-2000:]
-    reference = json.loads(ref.stdout.strip().splitlines()[-1])["weights"]
-    for a, b in zip(reference, out["weights"]):
-        np.testing.assert_allclose(np.array(a, np.float32), np.array(b, np.float32), atol=1e-6)
-
-
-@pytest.mark.slow
-def test_sigterm_saves_then_exits(tmp_path):
-    paths = write_records(str(tmp_path / "data"))
-    run = str(tmp_path / "run")
-    proc = subprocess.Popen(_script("run", run, ",".join(paths), "100000", "0.2"), env=cli_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    wait_until(lambda: recorded_step(run) >= 2, f"ckpt-2 recorded in {run}", [proc], timeout=60)
-    proc.send_signal(signal.SIGTERM)
-    stdout, stderr = proc.communicate(timeout=60)
-    assert proc.returncode == 143, stderr[-2000:]
-    out = json.loads(stdout.strip().splitlines()[-1])
-    assert out["preempted"] and tf.train.latest_checkpoint(run).endswith(f"ckpt-{out['step']}")
-    assert "SIGTERM" in stderr
-
-
-def _script_main(argv: list[str]) -> None:
-    """`run MODEL_DIR PATHS STEPS SLEEP`: one-device training, a checkpoint every 2 steps, one step per loop
-    followed by SLEEP seconds (so a test can kill it mid-run); prints a JSON line at the end."""
-    import logging
-
-    logging.basicConfig(level=logging.INFO)
-    _, model_dir, paths, steps, pause = argv
-    t = make_trainer(one_device(), model_dir, paths.split(","), int(steps), shuffle=True, iterations_per_loop=1,
-                     save_checkpoints_steps=2)
-    result = t.train(callbacks=[lambda fig: time.sleep(float(pause))])
-    print(json.dumps({"step": result.step, "restored_from": t.restored_from, "preempted": result.preempted,
-                      "weights": [w.tolist() for w in weights(t)]}), flush=True)
-    sys.exit(143 if result.preempted else 0)
-
-
-if __name__ == "__main__":
-    _script_main(sys.argv[1:])
