@@ -36,7 +36,9 @@ one partition's documents. Worker memory is thus set by --num_shards, not by the
 """
 from __future__ import annotations
 
+import collections
 import contextlib
+import dataclasses
 import logging as std_logging  # Beam logs through the standard library: quietened at its logger
 import os
 import shlex
@@ -119,15 +121,16 @@ class WriteShard(_ProblemDoFn):
         super().__init__(spec, data_dir, tmp_dir)
         self.seed, self.shuffled = seed, shuffled
 
-    def process(self, keyed: tuple, failed: str | None) -> Iterator[dict]:
-        """`failed`: the corpus check's error, decided before any shard (then no shard is written)."""
-        if failed is not None:
+    def process(self, keyed: tuple, checked: CorpusCheck | None) -> Iterator[dict]:
+        """`checked`: the corpus check, decided before any shard (on an error no shard is written)."""
+        if checked is not None and checked.error is not None:
             return
         (split, shard_id), grouped = keyed
         for job in grouped["job"]:
             texts = None
             if self.shuffled:
                 docs = sorted(d for docs in grouped["docs"] for d in docs)  # (partition, position): corpus order
+                check_delivery(split, shard_id, docs, checked.sent.get((split, shard_id), 0) if checked else 0)
                 texts = shuffle.GroupedTexts(split, shard_id, tuple(text for _, _, text in docs))
             with reported(failures_dir(self.problem, self.data_dir), (2, split, shard_id)):
                 yield self._write(job, texts)
@@ -172,31 +175,53 @@ class ReadPartition(beam.DoFn):
                 key = shuffle.assign(text, self.corpus.dev_fraction, self.shards, fixed)
                 groups.setdefault(key, []).append((part.index, i, text))
         except UserError as e:  # bad input: data for the check stage, not a worker's failure
-            yield beam.pvalue.TaggedOutput("bad", (part.index, part.path, bad, str(e)))
+            yield beam.pvalue.TaggedOutput("bad", (part.index, part.path, bad, str(e), {}))
             return
         count = sum(map(len, groups.values()))
         beam.metrics.Metrics.counter(_COUNTERS, "partitions").inc()
         beam.metrics.Metrics.counter(_COUNTERS, "documents").inc(count)
         logging.info("datagen on Beam: shuffle: partition %d of %d read: %d documents in %.1fs", part.index + 1,
                      self.num_partitions, count, time.time() - start)
-        yield beam.pvalue.TaggedOutput("bad", (part.index, part.path, bad, None))
+        yield beam.pvalue.TaggedOutput("bad", (part.index, part.path, bad, None,
+                                               {key: len(docs) for key, docs in groups.items()}))
         yield from groups.items()
 
 
-def check_corpus(read: list[tuple[int, str, list, str | None]], failures: str) -> str | None:
+@dataclasses.dataclass(frozen=True)
+class CorpusCheck:
+    """What the shard stage learns once every partition is read: the corpus's error (None: good) and how
+    many documents the partitions sent to each (split, shard)."""
+
+    error: str | None
+    sent: dict[tuple[str, int], int]
+
+
+def check_corpus(read: list[tuple[int, str, list, str | None, dict]], failures: str) -> CorpusCheck:
     """After every partition: the first partition's error (corpus order), else each file's bad records
     against its --skip_bad_records (the error names the first past it). The error is kept in `failures`
-    for the launcher and returned (the shard stage then writes nothing); None: the corpus is good."""
+    for the launcher (the shard stage then writes nothing)."""
     read = sorted(read, key=lambda r: r[0])
-    message = next((error for *_, error in read if error is not None), None)
+    message = next((error for *_, error, _ in read if error is not None), None)
     if message is None:
         try:
-            corpus_formats.check_bad_records([(path, places) for _, path, places, _ in read])
+            corpus_formats.check_bad_records([(path, places) for _, path, places, *_ in read])
         except UserError as e:
             message = str(e)
     if message is not None:
         record_failure(failures, (1,), message)
-    return message
+    sent: collections.Counter = collections.Counter()
+    for *_, counts in read:
+        sent.update(counts)
+    return CorpusCheck(message, dict(sent))
+
+
+def check_delivery(split: str, shard: int, docs: list[tuple[int, int, str]], sent: int) -> None:
+    """A shard is written from exactly the documents the partitions sent it, each once: the engine's shuffle
+    delivering fewer, more or repeated ones is a failure of the run, never a shard with other bytes."""
+    unique = len({(part, i) for part, i, _ in docs})
+    if unique != len(docs) or len(docs) != sent:
+        raise RuntimeError(f"shard {split}-{shard}: the shuffle delivered {len(docs)} documents "
+                           f"({len(docs) - unique} repeated), the partitions sent {sent}")
 
 
 def pipeline_args(options: str | Sequence[str]) -> list[str]:
