@@ -179,16 +179,16 @@ def test_pipeline_options_in_both_forms_users_write(beam):
 def test_a_shard_is_written_only_from_every_document_sent_to_it_once(beam, tmp_path):
     """The shard stage counts what the partitions sent each shard (check_corpus) and refuses a delivery
     with documents missing, added or repeated, instead of writing a shard with other bytes."""
-    from textrain.framework.beam_datagen import check_corpus, check_delivery
+    from textrain.framework.beam_datagen import IncompleteDeliveryError, check_corpus, check_delivery
 
     read = [(1, "b.txt", [], None, {("train", 0): 2, ("train", 1): 1}), (0, "a.txt", [], None, {("train", 0): 1})]
     checked = check_corpus(read, str(tmp_path / "failures"))
     assert checked.error is None and checked.sent == {("train", 0): 3, ("train", 1): 1}
     docs = [(0, 0, "x"), (1, 0, "y"), (1, 2, "z")]
     check_delivery("train", 0, docs, checked.sent[("train", 0)])
-    with pytest.raises(RuntimeError, match="delivered 2 documents .0 repeated., the partitions sent 3"):
+    with pytest.raises(IncompleteDeliveryError, match="delivered 2 documents .0 repeated., the partitions sent 3"):
         check_delivery("train", 0, docs[:2], 3)
-    with pytest.raises(RuntimeError, match="delivered 3 documents .1 repeated."):
+    with pytest.raises(IncompleteDeliveryError, match="delivered 3 documents .1 repeated."):
         check_delivery("train", 0, [docs[0], docs[1], docs[1]], 3)
 
 
