@@ -23,3 +23,10 @@ def corpora_dir():
     if not os.path.isdir(CORPORA):
         pytest.skip(f"{CORPORA} is absent")
     return CORPORA
+
+
+def pytest_collection_modifyitems(config, items):
+    """The end-to-end tests marked slow run first (the order is otherwise kept): with two xdist workers the
+    minute-long runs start early and the short tests fill the end, so neither worker waits idle on a last
+    long test."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The test command (README and .ci/run): install the package with its test and Chinese extras, lint (ruff,
-# configured in pyproject.toml), run the whole suite (fast tests first, then the end-to-end runs marked slow),
+# configured in pyproject.toml), run the whole suite (the end-to-end runs marked slow first),
 # then the tests that need a package kept out of the main environment, each in a venv of its own that sees the
 # main packages:
 # - apache-beam needs protobuf<7 (TEXTRAIN_SKIP_BEAM=1 skips that part);
@@ -13,13 +13,13 @@ export TF_CPP_MIN_LOG_LEVEL=2
 ok_or_none() { local rc=$?; [ $rc -eq 5 ] || exit $rc; }  # pytest's 5: no test selected
 python3 -m ruff check .
 # Two pytest workers (pytest-xdist): most tests wait on one core (a subprocess importing TensorFlow, Python
-# datagen), so on CI's 2 cores two at a time take the suite from ~25 to ~18 minutes; work stealing evens out
-# the minute-long end-to-end tests (slow stage 600 -> 573 s). TEXTRAIN_TEST_WORKERS sets the count (0: one
-# process, in order).
+# datagen), so on CI's 2 cores two at a time take the suite from ~25 to ~18 minutes. One run for the whole
+# suite, the end-to-end tests marked slow first (tests/conftest.py orders them): the minute-long ones start
+# early and work stealing fills the end with short tests, where two runs (fast, then slow) left a core idle
+# at the end of each and started the workers twice. TEXTRAIN_TEST_WORKERS sets the count (0: one process).
 workers=(-n "${TEXTRAIN_TEST_WORKERS:-2}")
 [ "${TEXTRAIN_TEST_WORKERS:-2}" = 0 ] || workers+=(--dist worksteal)
-python3 -m pytest -q -m "not slow" "${workers[@]}" "$@" || ok_or_none
-python3 -m pytest -q -m slow "${workers[@]}" "$@" || ok_or_none
+python3 -m pytest -q "${workers[@]}" "$@" || ok_or_none
 if [ "${TEXTRAIN_SKIP_BEAM:-0}" != 1 ]; then
   [ -x .venv-beam/bin/python ] || python3 -m venv --system-site-packages .venv-beam
   .venv-beam/bin/python -m pip install -q --disable-pip-version-check -e ".[beam]"
