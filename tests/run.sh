@@ -6,8 +6,9 @@
 # - the wheel test from inside a venv, as most users install (TEXTRAIN_SKIP_USER_VENV=1 skips it);
 # - tensor2tensor (the SubwordTextEncoder parity oracle) pins TF 1-era packages: installed --no-deps, its
 #   text_encoder needs nothing the main environment lacks (TEXTRAIN_SKIP_T2T=1 skips that part).
-# Those venvs are made in the background while the main suite runs (their pip installs use about one core
-# for a minute, which the suite leaves idle at times); the tests in them run after it.
+# Those venvs are made in the background while the main suite runs, at the lowest priority (nice 19: their pip
+# installs, about a CPU-minute, take the moments the suite leaves a core idle, not its time); their tests run
+# after it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m pip install -q --disable-pip-version-check -e ".[test,zh,corpora]"
@@ -43,7 +44,7 @@ side_venvs() {
   fi
 }
 side_log=$(mktemp)
-side_venvs > "$side_log" 2>&1 &
+(renice -n 19 -p "$BASHPID" >/dev/null 2>&1 || true; side_venvs) > "$side_log" 2>&1 &
 side_pid=$!
 trap 'kill "$side_pid" 2>/dev/null || true; rm -f "$side_log"' EXIT
 
