@@ -201,7 +201,8 @@ def run_datagen(flags: list[str]) -> dict:
         raise SystemExit(f"datagen {' '.join(flags)} failed ({proc.returncode})")
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     procs = monitor.procs.values()
-    return dict(lost=lost if proc.returncode else None, wall=wall, cpu=max(sum(p["cpu"] for p in procs), usage.ru_utime + usage.ru_stime - reaped_before),
+    return dict(lost=lost if proc.returncode else None, wall=wall,
+                cpu=max(sum(p["cpu"] for p in procs), usage.ru_utime + usage.ru_stime - reaped_before),
                 rchar=sum(p["rchar"] for p in procs), read_bytes=sum(p["read_bytes"] for p in procs),
                 peak_kb=max((p["kb"] for p in procs), default=0),
                 launcher_kb=monitor.procs.get(proc.pid, {}).get("kb", 0), processes=len(monitor.procs))

@@ -121,9 +121,9 @@ class WriteShard(_ProblemDoFn):
         super().__init__(spec, data_dir, tmp_dir)
         self.seed, self.shuffled = seed, shuffled
 
-    def process(self, keyed: tuple, checked: CorpusCheck | None) -> Iterator[dict]:
+    def process(self, keyed: tuple, checked: CorpusCheck) -> Iterator[dict]:
         """`checked`: the corpus check, decided before any shard (on an error no shard is written)."""
-        if checked is not None and checked.error is not None:
+        if checked.error is not None:
             return
         (split, shard_id), grouped = keyed
         for job in grouped["job"]:
@@ -131,7 +131,7 @@ class WriteShard(_ProblemDoFn):
                 texts = None
                 if self.shuffled:
                     docs = sorted(d for docs in grouped["docs"] for d in docs)  # (partition, position): corpus order
-                    check_delivery(split, shard_id, docs, checked.sent.get((split, shard_id), 0) if checked else 0)
+                    check_delivery(split, shard_id, docs, checked.sent.get((split, shard_id), 0))
                     texts = shuffle.GroupedTexts(split, shard_id, tuple(text for _, _, text in docs))
                 yield self._write(job, texts)
 
@@ -271,7 +271,7 @@ def build_pipeline(pipeline: beam.Pipeline, problem: Problem, data_dir: str, tmp
                    | "CheckCorpus" >> beam.Map(check_corpus, failures))
     else:
         documents = pipeline | "NoDocuments" >> beam.Create([])
-        checked = pipeline | "NoCorpus" >> beam.Create([None])
+        checked = pipeline | "NoCorpus" >> beam.Create([CorpusCheck(None, {})])
     _ = ({"job": jobs, "docs": documents}
          | "ShuffleToShards" >> beam.CoGroupByKey()
          | "WriteShards" >> beam.ParDo(WriteShard(spec, data_dir, tmp_dir, plan.seed, shuffled is not None),

@@ -110,6 +110,27 @@ def test_xlnet_beam_shards_and_stage_progress_equal_local(beam, tmp_path):
 
 
 @pytest.mark.slow
+def test_a_problem_without_a_document_corpus_gives_local_shards_on_beam(beam, tmp_path):
+    """squad_v1 reads its JSON in its shard jobs (no document corpus): the pipeline's no-corpus path (no
+    partitions, an empty corpus check) writes local's shards."""
+    from helpers import qa_fixtures
+
+    vocab, data = qa_fixtures.write_vocab(str(tmp_path / "vocab.txt")), qa_fixtures.write_squad(str(tmp_path / "v1.json"))
+    hashes = {}
+    for runner, extra in (("local", []), ("beam", ["--runner=beam", f"--beam_pipeline_options={DIRECT_2}"])):
+        proc = subprocess.run([sys.executable, "-m", "textrain.framework.datagen", "--problem=squad_v1",
+                               f"--train_file={data}", f"--predict_file={data}", f"--vocab_file={vocab}",
+                               "--max_seq_length=64", "--doc_stride=16", f"--data_dir={tmp_path / runner}", *extra],
+                              cwd=REPO, capture_output=True, text=True, timeout=240,
+                              env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        folder = tmp_path / runner / "squad_v1"
+        hashes[runner] = {f: hashlib.sha256((folder / f).read_bytes()).hexdigest()
+                          for f in sorted(os.listdir(folder)) if f.endswith(".tfrecord")}
+    assert hashes["local"] and hashes["beam"] == hashes["local"]
+
+
+@pytest.mark.slow
 def test_translate_beam_shards_equal_local(beam, tmp_path):
     """translate's line pairs (two files cut at the same lines) through the engine's shuffle: local's shards."""
     parallel = tmp_path / "parallel"
